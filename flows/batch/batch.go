@@ -1,0 +1,82 @@
+package batch
+
+import "fmt"
+
+// Batch is a columnar batch: one vector per schema column, all of one length.
+type Batch struct {
+	Schema  Schema
+	Vectors []*Vector
+}
+
+// New returns an empty batch of the schema with room for capacity rows.
+func New(s Schema, capacity int) *Batch {
+	b := &Batch{Schema: s, Vectors: make([]*Vector, len(s.Columns))}
+	for i, c := range s.Columns {
+		b.Vectors[i] = NewVector(c.Type, capacity)
+	}
+	return b
+}
+
+// Len returns the number of rows.
+func (b *Batch) Len() int {
+	if b == nil || len(b.Vectors) == 0 {
+		return 0
+	}
+	return b.Vectors[0].Len()
+}
+
+// Column returns the vector of the named column, or nil.
+func (b *Batch) Column(name string) *Vector {
+	if i := b.Schema.Index(name); i >= 0 {
+		return b.Vectors[i]
+	}
+	return nil
+}
+
+// Truncate drops rows from n on in every column.
+func (b *Batch) Truncate(n int) {
+	for _, v := range b.Vectors {
+		v.Truncate(n)
+	}
+}
+
+// AppendRow appends row i of src, which must have the same schema.
+func (b *Batch) AppendRow(src *Batch, i int) {
+	for c, v := range b.Vectors {
+		v.AppendFrom(src.Vectors[c], i)
+	}
+}
+
+// Row returns row i as Go values (see Vector.Value), for display and tests.
+func (b *Batch) Row(i int) []any {
+	out := make([]any, len(b.Vectors))
+	for c, v := range b.Vectors {
+		out[c] = v.Value(i)
+	}
+	return out
+}
+
+// Check verifies that every vector matches its column and all have one
+// length; sinks call it before writing.
+func (b *Batch) Check() error {
+	if len(b.Vectors) != len(b.Schema.Columns) {
+		return fmt.Errorf("batch: %d vectors for %d columns", len(b.Vectors), len(b.Schema.Columns))
+	}
+	n := b.Len()
+	for i, v := range b.Vectors {
+		c := b.Schema.Columns[i]
+		if v.Type != c.Type {
+			return fmt.Errorf("batch: column %s holds %v, want %v", c.Name, v.Type, c.Type)
+		}
+		if v.Len() != n {
+			return fmt.Errorf("batch: column %s has %d rows, want %d", c.Name, v.Len(), n)
+		}
+		if v.Nulls != nil && len(v.Nulls) != n {
+			return fmt.Errorf("batch: column %s has %d null flags, want %d", c.Name, len(v.Nulls), n)
+		}
+		if !c.Nullable && v.HasNulls() {
+			return fmt.Errorf("batch: column %s is not nullable but holds a null", c.Name)
+		}
+	}
+	return nil
+}

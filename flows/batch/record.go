@@ -1,0 +1,236 @@
+package batch
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Record is one raw message of a source before decoding. For Kafka every
+// field is set; file sources set Source to the file path and Offset to the
+// row number in the file.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Key       []byte // nil for a null key
+	Value     []byte // nil for a tombstone
+}
+
+// Position returns the record's position as dead letters print it:
+// "partition/offset".
+func (r *Record) Position() string {
+	return strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+}
+
+// Names of the Kafka metadata fields a source may declare as columns, and
+// the types they decode as. _kafka_key may also be declared string.
+const (
+	FieldKafkaTopic     = "_kafka_topic"
+	FieldKafkaPartition = "_kafka_partition"
+	FieldKafkaOffset    = "_kafka_offset"
+	FieldKafkaTimestamp = "_kafka_timestamp"
+	FieldKafkaKey       = "_kafka_key"
+)
+
+// KafkaFields maps each Kafka metadata field to its natural type.
+var KafkaFields = map[string]Type{
+	FieldKafkaTopic:     String,
+	FieldKafkaPartition: Int64,
+	FieldKafkaOffset:    Int64,
+	FieldKafkaTimestamp: Timestamp,
+	FieldKafkaKey:       Bytes,
+}
+
+// DeadLetter is a record that could not be applied, with the reason.
+type DeadLetter struct {
+	Pipeline string
+	Flow     string
+	Target   string
+	Source   string // topic or file
+	Position string // "partition/offset", or the row number in the file
+	Reason   string // short code: undecodable, missing_field, type_mismatch, ...
+	Error    string // a sentence naming the field
+	Payload  []byte // the raw message, or the row as JSON
+	At       time.Time
+}
+
+// Dead-letter reason codes.
+const (
+	ReasonUndecodable  = "undecodable"
+	ReasonMissingField = "missing_field"
+	ReasonTypeMismatch = "type_mismatch"
+	ReasonNullKey      = "null_key"
+	ReasonNullSequence = "null_sequence"
+	ReasonBadCursor    = "bad_cursor"
+)
+
+// Names of sluice's own tables and metadata columns.
+const (
+	DeadLettersTable = "_sluice_dead_letters"
+	LoadsTable       = "_sluice_loads"
+	LoadIDColumn     = "_sluice_load_id"
+)
+
+// DeadLetterSchema is the schema of _sluice_dead_letters (without the load id
+// column, which sinks add like on every table).
+var DeadLetterSchema = Schema{Columns: []Column{
+	{Name: "pipeline", Type: String},
+	{Name: "flow", Type: String},
+	{Name: "target", Type: String},
+	{Name: "source", Type: String},
+	{Name: "position", Type: String},
+	{Name: "reason", Type: String},
+	{Name: "error", Type: String},
+	{Name: "payload", Type: Bytes, Nullable: true},
+	{Name: "at", Type: Timestamp},
+}}
+
+// DeadLetterBatch converts dead letters into a batch of DeadLetterSchema.
+func DeadLetterBatch(dls []DeadLetter) *Batch {
+	b := New(DeadLetterSchema, len(dls))
+	for _, d := range dls {
+		b.Vectors[0].AppendString(d.Pipeline)
+		b.Vectors[1].AppendString(d.Flow)
+		b.Vectors[2].AppendString(d.Target)
+		b.Vectors[3].AppendString(d.Source)
+		b.Vectors[4].AppendString(d.Position)
+		b.Vectors[5].AppendString(d.Reason)
+		b.Vectors[6].AppendString(d.Error)
+		if d.Payload == nil {
+			b.Vectors[7].AppendNull()
+		} else {
+			b.Vectors[7].AppendBytes(d.Payload)
+		}
+		b.Vectors[8].AppendInt(d.At.UTC().UnixMicro())
+	}
+	return b
+}
+
+// Position is where a flow stands in one source partition: the next Kafka
+// offset to read, or for files the file and how far it was read.
+type Position struct {
+	Topic     string `json:"topic,omitempty"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"` // next offset to read
+	File      string `json:"file,omitempty"`
+	RowGroup  int64  `json:"row_group,omitempty"` // next row group to read in File
+	Done      bool   `json:"done,omitempty"`      // File was read to its end
+}
+
+// Positions are the positions a load reached, one per source partition or file.
+type Positions []Position
+
+// Encode renders the positions as the JSON stored in the ledger, sorted so
+// that equal positions give equal text.
+func (p Positions) Encode() string {
+	s := append(Positions(nil), p...)
+	sort.Slice(s, func(i, j int) bool {
+		if s[i].Topic != s[j].Topic {
+			return s[i].Topic < s[j].Topic
+		}
+		if s[i].File != s[j].File {
+			return s[i].File < s[j].File
+		}
+		return s[i].Partition < s[j].Partition
+	})
+	if s == nil {
+		s = Positions{}
+	}
+	out, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("batch: positions do not encode: %v", err))
+	}
+	return string(out)
+}
+
+// DecodePositions parses what Encode wrote.
+func DecodePositions(text string) (Positions, error) {
+	var p Positions
+	if text == "" {
+		return nil, nil
+	}
+	if err := json.Unmarshal([]byte(text), &p); err != nil {
+		return nil, fmt.Errorf("positions %q: %w", text, err)
+	}
+	return p, nil
+}
+
+// LoadRecord is one committed load: one row of _sluice_loads.
+type LoadRecord struct {
+	LoadID      string
+	Pipeline    string
+	Flow        string
+	Targets     []string
+	Positions   Positions
+	Rows        int64
+	DeadLetters int64
+	Generation  int64 // consumer group generation of the writer; 0 when none
+	CommittedAt time.Time
+}
+
+// LoadsSchema is the schema of _sluice_loads as shown to users. targets is a
+// comma-separated list, positions the JSON of Positions.Encode.
+var LoadsSchema = Schema{Columns: []Column{
+	{Name: "load_id", Type: String},
+	{Name: "pipeline", Type: String},
+	{Name: "flow", Type: String},
+	{Name: "targets", Type: String},
+	{Name: "positions", Type: String},
+	{Name: "rows", Type: Int64},
+	{Name: "dead_letters", Type: Int64},
+	{Name: "generation", Type: Int64},
+	{Name: "committed_at", Type: Timestamp},
+}}
+
+// TopicPartition names a Kafka partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Ledger is the set of committed loads of a pipeline, in commit order.
+type Ledger struct {
+	Loads []LoadRecord
+}
+
+// KafkaPositions returns, for one flow, the next offset to read of every
+// partition any committed load of the flow reached (the greatest such offset).
+func (l *Ledger) KafkaPositions(flow string) map[TopicPartition]int64 {
+	out := map[TopicPartition]int64{}
+	for _, ld := range l.Loads {
+		if ld.Flow != flow {
+			continue
+		}
+		for _, p := range ld.Positions {
+			if p.Topic == "" {
+				continue
+			}
+			tp := TopicPartition{p.Topic, p.Partition}
+			if cur, ok := out[tp]; !ok || p.Offset > cur {
+				out[tp] = p.Offset
+			}
+		}
+	}
+	return out
+}
+
+// Generation returns the greatest writer generation among the committed loads
+// of flow that reached partition tp, or -1 when there is none.
+func (l *Ledger) Generation(flow string, tp TopicPartition) int64 {
+	g := int64(-1)
+	for _, ld := range l.Loads {
+		if ld.Flow != flow {
+			continue
+		}
+		for _, p := range ld.Positions {
+			if p.Topic == tp.Topic && p.Partition == tp.Partition && ld.Generation > g {
+				g = ld.Generation
+			}
+		}
+	}
+	return g
+}

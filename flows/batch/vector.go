@@ -1,0 +1,231 @@
+package batch
+
+import (
+	"fmt"
+	"time"
+)
+
+// Vector holds the values of one column of a batch. Exactly one value slice is
+// in use, chosen by the type's kind:
+//
+//	Ints    int64, timestamp (µs since epoch, UTC), date (days since epoch)
+//	Floats  float64
+//	Bools   bool
+//	Strs    string
+//	Bytes   bytes
+//	Decs    decimal (unscaled, see Dec128)
+//
+// Nulls is nil when no value is null; otherwise it has one entry per row and
+// a null row holds the zero value in the value slice.
+type Vector struct {
+	Type   Type
+	Nulls  []bool
+	Ints   []int64
+	Floats []float64
+	Bools  []bool
+	Strs   []string
+	Bytes  [][]byte
+	Decs   []Dec128
+}
+
+// NewVector returns an empty vector of type t with room for capacity rows.
+func NewVector(t Type, capacity int) *Vector {
+	v := &Vector{Type: t}
+	switch t.Kind {
+	case KindInt64, KindTimestamp, KindDate:
+		v.Ints = make([]int64, 0, capacity)
+	case KindFloat64:
+		v.Floats = make([]float64, 0, capacity)
+	case KindBool:
+		v.Bools = make([]bool, 0, capacity)
+	case KindString:
+		v.Strs = make([]string, 0, capacity)
+	case KindBytes:
+		v.Bytes = make([][]byte, 0, capacity)
+	case KindDecimal:
+		v.Decs = make([]Dec128, 0, capacity)
+	default:
+		panic(fmt.Sprintf("batch: vector of invalid type %v", t))
+	}
+	return v
+}
+
+// Len returns the number of rows.
+func (v *Vector) Len() int {
+	switch v.Type.Kind {
+	case KindInt64, KindTimestamp, KindDate:
+		return len(v.Ints)
+	case KindFloat64:
+		return len(v.Floats)
+	case KindBool:
+		return len(v.Bools)
+	case KindString:
+		return len(v.Strs)
+	case KindBytes:
+		return len(v.Bytes)
+	case KindDecimal:
+		return len(v.Decs)
+	}
+	return 0
+}
+
+// IsNull reports whether row i is null.
+func (v *Vector) IsNull(i int) bool { return v.Nulls != nil && v.Nulls[i] }
+
+// HasNulls reports whether any row is null.
+func (v *Vector) HasNulls() bool {
+	for _, n := range v.Nulls {
+		if n {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *Vector) markNull(null bool) {
+	if v.Nulls == nil {
+		if !null {
+			return
+		}
+		v.Nulls = make([]bool, v.Len(), cap(v.Ints)+cap(v.Floats)+cap(v.Bools)+cap(v.Strs)+cap(v.Bytes)+cap(v.Decs)+1)
+	}
+	v.Nulls = append(v.Nulls, null)
+}
+
+// AppendNull appends a null row.
+func (v *Vector) AppendNull() {
+	v.markNull(true)
+	switch v.Type.Kind {
+	case KindInt64, KindTimestamp, KindDate:
+		v.Ints = append(v.Ints, 0)
+	case KindFloat64:
+		v.Floats = append(v.Floats, 0)
+	case KindBool:
+		v.Bools = append(v.Bools, false)
+	case KindString:
+		v.Strs = append(v.Strs, "")
+	case KindBytes:
+		v.Bytes = append(v.Bytes, nil)
+	case KindDecimal:
+		v.Decs = append(v.Decs, Dec128{})
+	}
+}
+
+// AppendInt appends to an int64, timestamp or date vector.
+func (v *Vector) AppendInt(x int64) { v.markNull(false); v.Ints = append(v.Ints, x) }
+
+// AppendFloat appends to a float64 vector.
+func (v *Vector) AppendFloat(x float64) { v.markNull(false); v.Floats = append(v.Floats, x) }
+
+// AppendBool appends to a bool vector.
+func (v *Vector) AppendBool(x bool) { v.markNull(false); v.Bools = append(v.Bools, x) }
+
+// AppendString appends to a string vector.
+func (v *Vector) AppendString(x string) { v.markNull(false); v.Strs = append(v.Strs, x) }
+
+// AppendBytes appends to a bytes vector. The vector keeps x; copy it first if
+// the caller reuses its buffer.
+func (v *Vector) AppendBytes(x []byte) { v.markNull(false); v.Bytes = append(v.Bytes, x) }
+
+// AppendDecimal appends to a decimal vector.
+func (v *Vector) AppendDecimal(x Dec128) { v.markNull(false); v.Decs = append(v.Decs, x) }
+
+// AppendFrom appends row i of src, which must have the same kind.
+func (v *Vector) AppendFrom(src *Vector, i int) {
+	if src.IsNull(i) {
+		v.AppendNull()
+		return
+	}
+	switch v.Type.Kind {
+	case KindInt64, KindTimestamp, KindDate:
+		v.AppendInt(src.Ints[i])
+	case KindFloat64:
+		v.AppendFloat(src.Floats[i])
+	case KindBool:
+		v.AppendBool(src.Bools[i])
+	case KindString:
+		v.AppendString(src.Strs[i])
+	case KindBytes:
+		v.AppendBytes(src.Bytes[i])
+	case KindDecimal:
+		v.AppendDecimal(src.Decs[i])
+	}
+}
+
+// Truncate drops rows from n on. Decoders use it to undo a partly appended row.
+func (v *Vector) Truncate(n int) {
+	if v.Nulls != nil {
+		v.Nulls = v.Nulls[:n]
+	}
+	switch v.Type.Kind {
+	case KindInt64, KindTimestamp, KindDate:
+		v.Ints = v.Ints[:n]
+	case KindFloat64:
+		v.Floats = v.Floats[:n]
+	case KindBool:
+		v.Bools = v.Bools[:n]
+	case KindString:
+		v.Strs = v.Strs[:n]
+	case KindBytes:
+		v.Bytes = v.Bytes[:n]
+	case KindDecimal:
+		v.Decs = v.Decs[:n]
+	}
+}
+
+// Value returns row i as a Go value, for display and tests (not the hot
+// path): nil, int64, float64, bool, string, []byte, time.Time (timestamps, UTC),
+// Date, or Decimal.
+func (v *Vector) Value(i int) any {
+	if v.IsNull(i) {
+		return nil
+	}
+	switch v.Type.Kind {
+	case KindInt64:
+		return v.Ints[i]
+	case KindTimestamp:
+		return time.UnixMicro(v.Ints[i]).UTC()
+	case KindDate:
+		return DateValue(v.Ints[i])
+	case KindFloat64:
+		return v.Floats[i]
+	case KindBool:
+		return v.Bools[i]
+	case KindString:
+		return v.Strs[i]
+	case KindBytes:
+		return v.Bytes[i]
+	case KindDecimal:
+		return Decimal128Value{Unscaled: v.Decs[i], Scale: v.Type.Scale}
+	}
+	return nil
+}
+
+// DateValue is a date as days since the Unix epoch; String gives YYYY-MM-DD.
+type DateValue int64
+
+// Time returns midnight UTC of the date.
+func (d DateValue) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
+
+func (d DateValue) String() string { return d.Time().Format(time.DateOnly) }
+
+// DateFromTime returns the UTC day of t.
+func DateFromTime(t time.Time) DateValue {
+	return DateValue(floorDiv(t.Unix(), 86400))
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// Decimal128Value is a decimal with its scale; String gives its exact text.
+type Decimal128Value struct {
+	Unscaled Dec128
+	Scale    int
+}
+
+func (d Decimal128Value) String() string { return FormatDecimal(d.Unscaled, d.Scale) }
