@@ -1,0 +1,10 @@
+// Package decode turns raw source records into columnar batches of a fixed
+// schema: JSON messages (one object per message) with the Kafka metadata
+// fields and _file_path filled from the record.
+//
+// It owns the decoding rules of the spec (DESIGN.md, "The pipeline spec")
+// and the reason codes a record that does not decode is dead-lettered with.
+// It does no I/O, keeps no state between batches beyond reusable buffers,
+// and never decides what happens to a failed record: it reports dead letters
+// and leaves writing them, or failing the flow, to the caller.
+package decode

@@ -1,0 +1,465 @@
+package decode
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/valyala/fastjson"
+)
+
+// FieldFilePath is the metadata field file sources fill with the path of the
+// file a record came from (batch.Record.Topic).
+const FieldFilePath = "_file_path"
+
+// Error is why one record did not decode. Reason is one of the batch.Reason*
+// codes; Field names the column concerned, empty when the whole record is at
+// fault (not JSON, not an object, a tombstone).
+type Error struct {
+	Reason string
+	Field  string
+	Msg    string
+}
+
+// Error returns a sentence naming the field:
+// `field "amount": "abc" is not a decimal(12,2)`.
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return "field " + strconv.Quote(e.Field) + ": " + e.Msg
+}
+
+// origin says where a column's value comes from.
+type origin uint8
+
+const (
+	fromJSON origin = iota
+	fromTopic
+	fromPartition
+	fromOffset
+	fromTimestamp
+	fromKey
+)
+
+type column struct {
+	name     string
+	typ      batch.Type
+	nullable bool
+	origin   origin
+}
+
+// hint remembers which column the key at one position of the previous
+// message named: producers write fields in a steady order, so a string
+// comparison usually replaces a map lookup.
+type hint struct {
+	key string // a column name; "" when the key was not a column
+	col int
+}
+
+// plan is what NewJSON derives from the schema; clones share it.
+type plan struct {
+	schema batch.Schema
+	cols   []column
+	index  map[string]int // JSON field name -> column index, JSON columns only
+}
+
+// JSON decodes one-object-per-message JSON into a batch of a fixed schema.
+// Not safe for concurrent use; make one per goroutine (Clone).
+//
+// What each column type takes (anything else is a type_mismatch):
+//
+//	string     a JSON string
+//	int64      a JSON integer, exactly (no fraction, no exponent, in range)
+//	float64    a JSON number
+//	bool       true or false
+//	timestamp  an RFC 3339 string (T, t or a space; any fraction, truncated
+//	           to microseconds; Z or ±hh:mm), or integer epoch milliseconds
+//	date       a YYYY-MM-DD string
+//	decimal    a JSON number or a string of decimal text (an exponent allowed),
+//	           parsed from the text; more fractional digits than the scale
+//	           (other than zeros) or more digits than the precision is an error
+//	bytes      a base64 string, standard or URL alphabet, padded or not
+//
+// A missing field or JSON null is NULL in a nullable column and a
+// missing_field error otherwise. A message that is not a JSON object (a
+// tombstone included), or a declared field whose number text is not valid
+// JSON, is undecodable.
+//
+// Fields not declared are ignored; when a declared field occurs more than
+// once in an object, the last occurrence wins. Strings are unescaped best
+// effort (an invalid escape is kept as written) and kept byte for byte.
+//
+// Strings and bytes values of the batches it fills share backing arrays of
+// up to 64 KiB with the other values decoded near them: code that keeps a
+// few of them long after the batch (a cache) should copy them
+// (strings.Clone, bytes.Clone) so as not to pin whole arrays.
+type JSON struct {
+	*plan
+	parser fastjson.Parser
+	vals   []*fastjson.Value // per column, the field's value in the current message
+	hints  []hint            // per key position, the column the key there named last time
+	num    []byte            // scratch for number text
+	arena  arena
+}
+
+// NewJSON returns a decoder for the schema s: the source's columns. s may
+// include the Kafka metadata fields (batch.KafkaFields) and _file_path,
+// which are filled from the record instead of the message; such a field
+// declared with another type than its own (_kafka_key may also be string)
+// is an error, and so is a duplicate column name.
+func NewJSON(s batch.Schema) (*JSON, error) {
+	p := &plan{schema: s, cols: make([]column, len(s.Columns)), index: make(map[string]int, len(s.Columns))}
+	seen := make(map[string]bool, len(s.Columns))
+	for i, c := range s.Columns {
+		if seen[c.Name] {
+			return nil, fmt.Errorf("decode: column %q declared twice", c.Name)
+		}
+		seen[c.Name] = true
+		if c.Type.Kind == batch.KindInvalid || c.Type.Kind > batch.KindBytes {
+			return nil, fmt.Errorf("decode: column %q has invalid type %v", c.Name, c.Type)
+		}
+		if c.Type.Kind == batch.KindDecimal && (c.Type.Precision < 1 || c.Type.Precision > batch.MaxDecimalPrecision || c.Type.Scale < 0 || c.Type.Scale > c.Type.Precision) {
+			return nil, fmt.Errorf("decode: column %q has invalid type %v", c.Name, c.Type)
+		}
+		col := column{name: c.Name, typ: c.Type, nullable: c.Nullable}
+		switch c.Name {
+		case batch.FieldKafkaTopic, FieldFilePath:
+			col.origin = fromTopic
+		case batch.FieldKafkaPartition:
+			col.origin = fromPartition
+		case batch.FieldKafkaOffset:
+			col.origin = fromOffset
+		case batch.FieldKafkaTimestamp:
+			col.origin = fromTimestamp
+		case batch.FieldKafkaKey:
+			col.origin = fromKey
+		}
+		if col.origin != fromJSON {
+			want, ok := batch.KafkaFields[c.Name]
+			if !ok {
+				want = batch.String // _file_path
+			}
+			if c.Type != want && !(col.origin == fromKey && c.Type == batch.String) {
+				alt := ""
+				if col.origin == fromKey {
+					alt = " or string"
+				}
+				return nil, fmt.Errorf("decode: metadata field %s is %v, declared %v", c.Name, want.String()+alt, c.Type)
+			}
+		} else {
+			p.index[c.Name] = i
+		}
+		p.cols[i] = col
+	}
+	return &JSON{plan: p, vals: make([]*fastjson.Value, len(p.cols))}, nil
+}
+
+// Clone returns a decoder of the same schema with its own buffers, for use
+// on another goroutine.
+func (d *JSON) Clone() *JSON {
+	return &JSON{plan: d.plan, vals: make([]*fastjson.Value, len(d.cols))}
+}
+
+// Schema returns the schema of the batches the decoder fills.
+func (d *JSON) Schema() batch.Schema { return d.schema }
+
+// Decode appends rec's row to out, whose schema must be d.Schema(), or
+// returns a *Error and leaves out as it was.
+func (d *JSON) Decode(rec *batch.Record, out *batch.Batch) error {
+	d.check(out)
+	if err := d.decode(rec, out); err != nil {
+		return err
+	}
+	return nil
+}
+
+// DecodeAll decodes recs into out and appends to dls a dead letter for each
+// record that fails (Source, Position, Reason, Error and Payload set; the
+// caller fills Pipeline, Flow, Target and At). It returns dls.
+func (d *JSON) DecodeAll(recs []batch.Record, out *batch.Batch, dls []batch.DeadLetter) []batch.DeadLetter {
+	d.check(out)
+	for i := range recs {
+		rec := &recs[i]
+		if err := d.decode(rec, out); err != nil {
+			dls = append(dls, batch.DeadLetter{
+				Source:   rec.Topic,
+				Position: rec.Position(),
+				Reason:   err.Reason,
+				Error:    err.Error(),
+				Payload:  rec.Value,
+			})
+		}
+	}
+	return dls
+}
+
+// check panics when out does not have the decoder's column types: every
+// append below relies on it.
+func (d *JSON) check(out *batch.Batch) {
+	if len(out.Vectors) != len(d.cols) {
+		panic(fmt.Sprintf("decode: batch has %d vectors for a schema of %d columns", len(out.Vectors), len(d.cols)))
+	}
+	for i, v := range out.Vectors {
+		if v.Type != d.cols[i].typ {
+			panic(fmt.Sprintf("decode: batch column %d holds %v, the schema says %v", i, v.Type, d.cols[i].typ))
+		}
+	}
+}
+
+func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
+	if rec.Value == nil {
+		return &Error{Reason: batch.ReasonUndecodable, Msg: "the message is a tombstone (null value)"}
+	}
+	v, err := d.parser.ParseBytes(rec.Value)
+	if err != nil {
+		return &Error{Reason: batch.ReasonUndecodable, Msg: "invalid JSON: " + strings.TrimPrefix(err.Error(), "cannot parse JSON: ")}
+	}
+	obj, err := v.Object()
+	if err != nil {
+		return &Error{Reason: batch.ReasonUndecodable, Msg: "the message is a JSON " + v.Type().String() + ", not an object"}
+	}
+	clear(d.vals)
+	pos := 0
+	obj.Visit(func(key []byte, val *fastjson.Value) {
+		if pos == len(d.hints) {
+			d.hints = append(d.hints, hint{col: -1})
+		}
+		h := &d.hints[pos]
+		pos++
+		if h.key == "" || h.key != string(key) {
+			i, ok := d.index[string(key)]
+			if !ok {
+				h.key, h.col = "", -1
+				return
+			}
+			h.key, h.col = d.cols[i].name, i
+		}
+		d.vals[h.col] = val
+	})
+	n := out.Len()
+	for i := range d.cols {
+		var e *Error
+		if c := &d.cols[i]; c.origin == fromJSON {
+			e = d.field(c, d.vals[i], out.Vectors[i])
+		} else {
+			e = d.meta(c, rec, out.Vectors[i])
+		}
+		if e != nil {
+			for _, vec := range out.Vectors[:i] {
+				vec.Truncate(n)
+			}
+			return e
+		}
+	}
+	return nil
+}
+
+// meta fills a metadata column from the record.
+func (d *JSON) meta(c *column, rec *batch.Record, vec *batch.Vector) *Error {
+	switch c.origin {
+	case fromTopic:
+		vec.AppendString(rec.Topic)
+	case fromPartition:
+		vec.AppendInt(int64(rec.Partition))
+	case fromOffset:
+		vec.AppendInt(rec.Offset)
+	case fromTimestamp:
+		if rec.Timestamp.IsZero() {
+			return d.null(c, vec, "the record has no timestamp")
+		}
+		vec.AppendInt(rec.Timestamp.UnixMicro())
+	case fromKey:
+		if rec.Key == nil {
+			return d.null(c, vec, "the record has a null key")
+		}
+		if c.typ.Kind == batch.KindString {
+			vec.AppendString(d.arena.string(rec.Key))
+		} else {
+			vec.AppendBytes(d.arena.bytes(rec.Key))
+		}
+	}
+	return nil
+}
+
+// null appends a null, or says why the column cannot take one.
+func (d *JSON) null(c *column, vec *batch.Vector, why string) *Error {
+	if c.nullable {
+		vec.AppendNull()
+		return nil
+	}
+	return &Error{Reason: batch.ReasonMissingField, Field: c.name, Msg: why + ", and the column is not nullable"}
+}
+
+// field decodes one JSON value (nil when the field is absent) into vec.
+func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
+	if val == nil {
+		return d.null(c, vec, "missing")
+	}
+	t := val.Type()
+	if t == fastjson.TypeNull {
+		return d.null(c, vec, "null")
+	}
+	switch c.typ.Kind {
+	case batch.KindString:
+		if t != fastjson.TypeString {
+			return d.mismatch(c, val, "is not a string")
+		}
+		b, _ := val.StringBytes()
+		vec.AppendString(d.arena.string(b))
+	case batch.KindBool:
+		switch t {
+		case fastjson.TypeTrue:
+			vec.AppendBool(true)
+		case fastjson.TypeFalse:
+			vec.AppendBool(false)
+		default:
+			return d.mismatch(c, val, "is not a bool")
+		}
+	case batch.KindInt64:
+		text, e := d.number(c, val, "is not an int64")
+		if e != nil {
+			return e
+		}
+		x, ok, inRange := parseInt(text)
+		if !ok {
+			return d.mismatch(c, val, "is not an integer")
+		}
+		if !inRange {
+			return d.mismatch(c, val, "is out of range for int64")
+		}
+		vec.AppendInt(x)
+	case batch.KindFloat64:
+		text, e := d.number(c, val, "is not a float64")
+		if e != nil {
+			return e
+		}
+		x, ok := parseFloat(text)
+		if !ok {
+			return d.mismatch(c, val, "is out of range for float64")
+		}
+		vec.AppendFloat(x)
+	case batch.KindTimestamp:
+		var us int64
+		if t == fastjson.TypeString {
+			b, _ := val.StringBytes()
+			var ok bool
+			if us, ok = parseTimestamp(b2s(b)); !ok {
+				return d.mismatch(c, val, "is not an RFC 3339 timestamp")
+			}
+		} else {
+			text, e := d.number(c, val, "is not a timestamp (an RFC 3339 string or epoch milliseconds)")
+			if e != nil {
+				return e
+			}
+			ms, ok, inRange := parseInt(text)
+			if !ok {
+				return d.mismatch(c, val, "is not an integer number of epoch milliseconds")
+			}
+			if !inRange || ms > maxMillis || ms < -maxMillis {
+				return d.mismatch(c, val, "is out of range for a timestamp")
+			}
+			us = ms * 1000
+		}
+		vec.AppendInt(us)
+	case batch.KindDate:
+		if t != fastjson.TypeString {
+			return d.mismatch(c, val, "is not a date (a YYYY-MM-DD string)")
+		}
+		b, _ := val.StringBytes()
+		days, ok := parseDate(b2s(b))
+		if !ok {
+			return d.mismatch(c, val, "is not a date (YYYY-MM-DD)")
+		}
+		vec.AppendInt(days)
+	case batch.KindDecimal:
+		var text string
+		if t == fastjson.TypeString {
+			b, _ := val.StringBytes()
+			text = trimSpace(b2s(b))
+			if !isDecimalText(text) {
+				return d.mismatch(c, val, "is not a "+c.typ.String())
+			}
+		} else {
+			var e *Error
+			if text, e = d.number(c, val, "is not a "+c.typ.String()); e != nil {
+				return e
+			}
+		}
+		x, err := parseDecimal(text, c.typ.Precision, c.typ.Scale)
+		if err != nil {
+			return &Error{Reason: batch.ReasonTypeMismatch, Field: c.name, Msg: err.Error()}
+		}
+		vec.AppendDecimal(x)
+	case batch.KindBytes:
+		if t != fastjson.TypeString {
+			return d.mismatch(c, val, "is not a base64 string")
+		}
+		b, _ := val.StringBytes()
+		x, ok := d.arena.base64(b)
+		if !ok {
+			return d.mismatch(c, val, "is not valid base64")
+		}
+		vec.AppendBytes(x)
+	}
+	return nil
+}
+
+// number returns the text of a JSON number value, a type mismatch (what
+// says why) for any other JSON type, or undecodable for number text that is
+// not valid JSON (the parser is lenient about numbers it does not use).
+func (d *JSON) number(c *column, val *fastjson.Value, what string) (string, *Error) {
+	if val.Type() != fastjson.TypeNumber {
+		return "", d.mismatch(c, val, what)
+	}
+	d.num = val.MarshalTo(d.num[:0])
+	text := b2s(d.num)
+	if !isJSONNumber(text) {
+		return "", &Error{Reason: batch.ReasonUndecodable, Field: c.name, Msg: "invalid JSON: " + clip(text) + " is not a number"}
+	}
+	return text, nil
+}
+
+func (d *JSON) mismatch(c *column, val *fastjson.Value, what string) *Error {
+	return &Error{Reason: batch.ReasonTypeMismatch, Field: c.name, Msg: describe(val) + " " + what}
+}
+
+// describe renders a JSON value for an error message, shortened.
+func describe(val *fastjson.Value) string {
+	switch val.Type() {
+	case fastjson.TypeString:
+		b, _ := val.StringBytes()
+		return strconv.Quote(clip(string(b)))
+	case fastjson.TypeNumber:
+		return clip(string(val.MarshalTo(nil)))
+	case fastjson.TypeTrue:
+		return "true"
+	case fastjson.TypeFalse:
+		return "false"
+	case fastjson.TypeObject:
+		return "a JSON object"
+	case fastjson.TypeArray:
+		return "a JSON array"
+	}
+	return "null"
+}
+
+// clip shortens s for a message.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}
+
+// b2s views b as a string without copying; the string must not outlive b's
+// next change.
+func b2s(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
