@@ -70,7 +70,11 @@ func (d Dec128) Cmp(o Dec128) int {
 // with more fractional digits than s, or more than p digits in all, is an
 // error: sluice never rounds silently.
 func ParseDecimal(text string, p, s int) (Dec128, error) {
-	r, ok := new(big.Rat).SetString(strings.TrimSpace(text))
+	text = strings.TrimSpace(text)
+	if !plainDecimal(text) {
+		return Dec128{}, fmt.Errorf("%q is not a decimal number", text)
+	}
+	r, ok := new(big.Rat).SetString(text)
 	if !ok {
 		return Dec128{}, fmt.Errorf("%q is not a decimal number", text)
 	}
@@ -100,4 +104,53 @@ func FormatDecimal(d Dec128, s int) string {
 		return "-" + digits
 	}
 	return digits
+}
+
+// plainDecimal reports whether s is decimal text: an optional sign, digits
+// with at most one point, and an optional exponent of at most three digits.
+// It keeps out what big.Rat would also take (fractions like 1/2, 0x10, 1_0)
+// and exponents that would make it compute enormous numbers.
+func plainDecimal(s string) bool {
+	i, n := 0, len(s)
+	if n > 1000 {
+		return false
+	}
+	if i < n && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits, point := 0, false
+	for ; i < n; i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !point:
+			point = true
+		default:
+			goto exp
+		}
+	}
+exp:
+	if digits == 0 {
+		return false
+	}
+	if i == n {
+		return true
+	}
+	if s[i] != 'e' && s[i] != 'E' {
+		return false
+	}
+	i++
+	if i < n && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	expDigits := n - i
+	if expDigits < 1 || expDigits > 3 {
+		return false
+	}
+	for ; i < n; i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
