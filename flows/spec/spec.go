@@ -1,0 +1,432 @@
+package spec
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// Flow kinds.
+const (
+	KindAppend              = "append"
+	KindAutoCDC             = "auto_cdc"
+	KindAutoCDCFromSnapshot = "auto_cdc_from_snapshot"
+)
+
+// Source formats.
+const (
+	FormatJSON     = "json"     // kafka: one JSON object per message
+	FormatDebezium = "debezium" // kafka: the Debezium envelope; auto_cdc only
+	FormatParquet  = "parquet"  // files, snapshots
+	FormatJSONL    = "jsonl"    // files, snapshots: one JSON object per line
+)
+
+// Values of Flow.OnError.
+const (
+	OnErrorDeadLetter = "dead_letter"
+	OnErrorFail       = "fail"
+)
+
+// Values of Flow.Start.
+const (
+	StartEarliest = "earliest"
+	StartLatest   = "latest"
+)
+
+// Values of Flow.Write.
+const (
+	WriteAppend            = "append"
+	WriteReplacePartitions = "replace_partitions"
+)
+
+// Values of Incremental.LastValueFunc.
+const (
+	LastValueMax = "max"
+	LastValueMin = "min"
+)
+
+// Names of the SCD type 2 interval columns.
+const (
+	StartAtColumn = "__START_AT"
+	EndAtColumn   = "__END_AT"
+)
+
+// FieldFilePath is the metadata field naming the file a record of a files or
+// snapshots source came from.
+const FieldFilePath = "_file_path"
+
+// VersionPlaceholder is the path segment of a snapshots source that names
+// the snapshot version.
+const VersionPlaceholder = "{version}"
+
+// Defaults applied to a valid spec.
+const (
+	DefaultTimezone           = "UTC"
+	DefaultTombstoneRetention = 48 * time.Hour
+	DefaultSCDType            = 1
+)
+
+// Pipeline is a parsed and validated spec. After Parse or Load every default
+// is filled in.
+type Pipeline struct {
+	Pipeline    string      `yaml:"pipeline"`    // required; [a-z][a-z0-9_]*
+	Timezone    string      `yaml:"timezone"`    // IANA zone name; default "UTC"
+	Metrics     *Metrics    `yaml:"metrics"`     // nil: no metrics endpoint
+	Kafka       *Kafka      `yaml:"kafka"`       // required when a flow reads Kafka
+	Destination Destination `yaml:"destination"` // required: exactly one of local or clickhouse
+	Tables      []Table     `yaml:"tables"`
+	Flows       []Flow      `yaml:"flows"`
+
+	// File is the path the spec was read from ("" when parsed from memory),
+	// Dir the folder relative paths in it are resolved against (see Path).
+	File string `yaml:"-"`
+	Dir  string `yaml:"-"`
+	// Location is Timezone loaded.
+	Location *time.Location `yaml:"-"`
+
+	pos positions // where each key was written
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	Listen string `yaml:"listen"` // required: host:port, e.g. ":9090"
+}
+
+// Kafka is the connection to the Kafka cluster every kafka source reads.
+type Kafka struct {
+	Brokers        []string      `yaml:"brokers,scalar"`  // required; host:port each
+	Group          string        `yaml:"group"`           // consumer group prefix; default "sluice-<pipeline>"
+	SessionTimeout time.Duration `yaml:"session_timeout"` // zero: the consumer's default (10s)
+	TLS            *TLS          `yaml:"tls"`             // nil: plaintext
+	SASL           *SASL         `yaml:"sasl"`            // nil: no authentication
+}
+
+// TLS configures a TLS connection. An empty tls: {} enables TLS with the
+// system's root certificates.
+type TLS struct {
+	CAFile             string `yaml:"ca_file"`              // PEM roots; default the system's
+	CertFile           string `yaml:"cert_file"`            // PEM client certificate; with key_file
+	KeyFile            string `yaml:"key_file"`             // PEM client key; with cert_file
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"` // default false
+}
+
+// SASL holds SASL credentials.
+type SASL struct {
+	Mechanism string `yaml:"mechanism"` // PLAIN (default), SCRAM-SHA-256 or SCRAM-SHA-512
+	User      string `yaml:"user"`      // required
+	Password  string `yaml:"password"`  // required
+}
+
+// SASL mechanisms.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// Destination is where tables and state are written: exactly one field is set.
+type Destination struct {
+	Local      *Local      `yaml:"local"`
+	ClickHouse *ClickHouse `yaml:"clickhouse"`
+}
+
+// Local is the embedded destination: Parquet tables and state on local disk.
+type Local struct {
+	Path string `yaml:"path"` // required; relative to the spec's folder
+}
+
+// ClickHouse is the production destination.
+type ClickHouse struct {
+	Addr        []string          `yaml:"addr,scalar"`  // required; host:port of the native protocol, each
+	Database    string            `yaml:"database"`     // default "default"
+	Username    string            `yaml:"username"`     // default "default"
+	Password    string            `yaml:"password"`     // default empty
+	TLS         *TLS              `yaml:"tls"`          // nil: plaintext
+	DialTimeout time.Duration     `yaml:"dial_timeout"` // zero: the driver's default (30s)
+	ReadTimeout time.Duration     `yaml:"read_timeout"` // zero: the driver's default (5m)
+	Settings    map[string]string `yaml:"settings"`     // server settings sent with every query
+}
+
+// Table is a target table.
+type Table struct {
+	Name        string   `yaml:"name"`         // required; an identifier, not starting with _sluice_
+	Columns     []Column `yaml:"columns"`      // optional: derived from the flows when left out
+	OrderBy     []string `yaml:"order_by"`     // optional; columns of the table
+	PartitionBy []string `yaml:"partition_by"` // optional; columns of the table
+
+	// Schema is the resolved schema: the declared columns, or those derived
+	// from the flows whose columns the spec tells (Parquet sources without
+	// declared columns take no part); plus __START_AT and __END_AT on an SCD
+	// type 2 target. It has no columns when it depends on what only the data
+	// tells (no flow's columns are known, or an SCD type 2 interval typed by
+	// snapshot versions read from folder names); the runner resolves it then.
+	// With a list sequence_by, __START_AT and __END_AT are string columns
+	// holding a JSON array of the sequence values.
+	Schema batch.Schema `yaml:"-"`
+	// CDC is true when the table's flows are CDC flows (auto_cdc,
+	// auto_cdc_from_snapshot), and then Keys and SCDType are their keys and
+	// SCD type (1 or 2). A table no flow writes is an append table.
+	CDC     bool     `yaml:"-"`
+	Keys    []string `yaml:"-"`
+	SCDType int      `yaml:"-"`
+
+	Line int `yaml:"-"` // where the table is declared
+}
+
+// Column is a declared column.
+type Column struct {
+	Name     string     `yaml:"name"`     // required
+	Type     batch.Type `yaml:"type"`     // required: string, int64, float64, bool, timestamp, date, decimal(P,S), bytes
+	Nullable bool       `yaml:"nullable"` // default false
+	Line     int        `yaml:"-"`
+}
+
+// Batch returns the column as the batch vocabulary spells it.
+func (c Column) Batch() batch.Column {
+	return batch.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
+}
+
+// Flow reads one source and writes one target table.
+type Flow struct {
+	Name   string `yaml:"name"`   // required; an identifier, not starting with _sluice_, unique
+	Target string `yaml:"target"` // required; a table of tables
+	Kind   string `yaml:"kind"`   // required: append, auto_cdc or auto_cdc_from_snapshot
+	Once   bool   `yaml:"once"`   // run a single time, then never again (until a full refresh)
+	Source Source `yaml:"source"` // required: exactly one of kafka, files, snapshots
+
+	OnError string      `yaml:"on_error"` // dead_letter (default) or fail
+	Start   string      `yaml:"start"`    // kafka: earliest (default) or latest, for a partition with no position yet
+	Batch   BatchLimits `yaml:"batch"`
+
+	// Append flows.
+	Write       string       `yaml:"write"`       // append (default) or replace_partitions
+	Incremental *Incremental `yaml:"incremental"` // files sources: read a window by a cursor column
+
+	// CDC flows (auto_cdc; those marked * also auto_cdc_from_snapshot).
+	Keys                              []string      `yaml:"keys"`                                   // * required
+	SequenceBy                        []string      `yaml:"sequence_by,scalar"`                     // required: a column, or a list compared left to right
+	ApplyAsDeletes                    string        `yaml:"apply_as_deletes"`                       // expression: true means delete
+	ApplyAsTruncates                  string        `yaml:"apply_as_truncates"`                     // expression: true means truncate; SCD type 1 only
+	ColumnList                        []string      `yaml:"column_list"`                            // * the source columns kept
+	ExceptColumnList                  []string      `yaml:"except_column_list"`                     // * the source columns dropped
+	StoredAsSCDType                   int           `yaml:"stored_as_scd_type"`                     // * 1 (default) or 2
+	TrackHistoryColumnList            []string      `yaml:"track_history_column_list"`              // * SCD type 2 only
+	TrackHistoryExceptColumnList      []string      `yaml:"track_history_except_column_list"`       // * SCD type 2 only
+	IgnoreNullUpdates                 bool          `yaml:"ignore_null_updates"`                    // default false
+	IgnoreNullUpdatesColumnList       []string      `yaml:"ignore_null_updates_column_list"`        //
+	IgnoreNullUpdatesExceptColumnList []string      `yaml:"ignore_null_updates_except_column_list"` //
+	TombstoneRetention                time.Duration `yaml:"tombstone_retention"`                    // * default 48h
+	ReplayValidTo                     string        `yaml:"replay_valid_to"`                        // a column: emit a delete at its value
+
+	// auto_cdc_from_snapshot flows.
+	SnapshotVersion     string     `yaml:"snapshot_version"`      // files sources: the version of the snapshot (required)
+	SnapshotVersionType batch.Type `yaml:"snapshot_version_type"` // int64, date, timestamp, string or decimal(P,S); default inferred
+
+	Line int `yaml:"-"` // where the flow is declared
+
+	// fallback is the target's declared columns, which a source without
+	// declared columns decodes (see SourceSchema).
+	fallback batch.Schema
+}
+
+// BatchLimits bound a batch; zero means the consumer's default.
+type BatchLimits struct {
+	Rows  int           `yaml:"rows"`       // records per batch; default 100000
+	Bytes int64         `yaml:"bytes,size"` // bytes per batch: an integer or 32MiB, 1GB, ...; default 32MiB
+	Wait  time.Duration `yaml:"wait"`       // how long a partial batch waits for more; default 1s
+}
+
+// Incremental reads a files source by a cursor column: each run loads the
+// rows whose cursor lies past the last value seen (minus lag).
+type Incremental struct {
+	Cursor        string     `yaml:"cursor"`          // required: a source column
+	Type          batch.Type `yaml:"type"`            // the cursor's type; default the column's declared type
+	InitialValue  string     `yaml:"initial_value"`   // rows before it are never loaded
+	EndValue      string     `yaml:"end_value"`       // rows from it on are never loaded
+	LastValueFunc string     `yaml:"last_value_func"` // max (default) or min
+	Lag           string     `yaml:"lag"`             // with max: re-read this far behind the last value
+}
+
+// Source is where a flow reads: exactly one field is set.
+type Source struct {
+	Kafka     *KafkaSource     `yaml:"kafka"`
+	Files     *FilesSource     `yaml:"files"`
+	Snapshots *SnapshotsSource `yaml:"snapshots"`
+}
+
+// KafkaSource reads a topic.
+type KafkaSource struct {
+	Topic   string   `yaml:"topic"`   // required
+	Format  string   `yaml:"format"`  // json (default) or debezium
+	Columns []Column `yaml:"columns"` // default the target table's declared columns
+}
+
+// FilesSource reads files matching a glob (** matches any folders).
+type FilesSource struct {
+	Path    string   `yaml:"path"`    // required; relative to the spec's folder
+	Format  string   `yaml:"format"`  // parquet or jsonl; default from the path's extension
+	Columns []Column `yaml:"columns"` // parquet: optional; jsonl: default the target's declared columns
+}
+
+// SnapshotsSource reads one full snapshot per {version} path segment.
+type SnapshotsSource struct {
+	Path    string   `yaml:"path"`    // required; exactly one whole segment is {version}
+	Format  string   `yaml:"format"`  // parquet or jsonl; default from the path's extension
+	Columns []Column `yaml:"columns"` // as for files
+}
+
+// Format returns the source's format.
+func (s *Source) Format() string {
+	switch {
+	case s.Kafka != nil:
+		return s.Kafka.Format
+	case s.Files != nil:
+		return s.Files.Format
+	case s.Snapshots != nil:
+		return s.Snapshots.Format
+	}
+	return ""
+}
+
+// Columns returns the source's declared columns.
+func (s *Source) Columns() []Column {
+	switch {
+	case s.Kafka != nil:
+		return s.Kafka.Columns
+	case s.Files != nil:
+		return s.Files.Columns
+	case s.Snapshots != nil:
+		return s.Snapshots.Columns
+	}
+	return nil
+}
+
+// Name returns the kind of the source: "kafka", "files", "snapshots", or ""
+// when none is set.
+func (s *Source) Name() string {
+	switch {
+	case s.Kafka != nil:
+		return "kafka"
+	case s.Files != nil:
+		return "files"
+	case s.Snapshots != nil:
+		return "snapshots"
+	}
+	return ""
+}
+
+// Load reads the spec file at path, expands ${VAR} from the environment,
+// parses and validates it. An invalid spec returns Problems.
+func Load(path string) (*Pipeline, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	p, err := Parse(data, path, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	p.Dir = filepath.Dir(path)
+	return p, nil
+}
+
+// Parse parses and validates a spec. filename only names the spec in
+// problems. lookup resolves ${VAR}; nil means no variable is set. An invalid
+// spec returns Problems, every one of them, and no pipeline.
+func Parse(data []byte, filename string, lookup func(string) (string, bool)) (*Pipeline, error) {
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	p := &Pipeline{File: filename}
+	var probs Problems
+	d := newDecoder(filename, lookup, &probs)
+	root, ok := d.parse(data)
+	if !ok {
+		return nil, probs // the YAML does not parse: nothing to check
+	}
+	d.decode(root, p)
+	p.pos = d.pos
+	probs = append(probs, p.check(d.bad)...)
+	if len(probs) > 0 {
+		probs.sort()
+		return nil, probs
+	}
+	p.applyDefaults()
+	return p, nil
+}
+
+// Table returns the named table, or nil.
+func (p *Pipeline) Table(name string) *Table {
+	for i := range p.Tables {
+		if p.Tables[i].Name == name {
+			return &p.Tables[i]
+		}
+	}
+	return nil
+}
+
+// Flow returns the named flow, or nil.
+func (p *Pipeline) Flow(name string) *Flow {
+	for i := range p.Flows {
+		if p.Flows[i].Name == name {
+			return &p.Flows[i]
+		}
+	}
+	return nil
+}
+
+// FlowsOf returns the flows that write the named table, in spec order.
+func (p *Pipeline) FlowsOf(table string) []*Flow {
+	var out []*Flow
+	for i := range p.Flows {
+		if p.Flows[i].Target == table {
+			out = append(out, &p.Flows[i])
+		}
+	}
+	return out
+}
+
+// Group returns the consumer group prefix: kafka.group, or "sluice-<pipeline>".
+func (p *Pipeline) Group() string {
+	if p.Kafka != nil && p.Kafka.Group != "" {
+		return p.Kafka.Group
+	}
+	return "sluice-" + p.Pipeline
+}
+
+// FlowGroup returns the consumer group of a flow: <group>.<flow>.
+func (p *Pipeline) FlowGroup(f *Flow) string { return p.Group() + "." + f.Name }
+
+// Path resolves a path written in the spec: an absolute path is returned as
+// is, a relative one is joined to the spec's folder.
+func (p *Pipeline) Path(rel string) string {
+	if rel == "" || filepath.IsAbs(rel) || p.Dir == "" {
+		return rel
+	}
+	return filepath.Join(p.Dir, rel)
+}
+
+// SourceSchema returns the columns the flow's source decodes: its declared
+// columns, or, when it declares none and its records need a schema (kafka and
+// jsonl sources), the target table's declared columns (without __START_AT and
+// __END_AT). It is empty for a Parquet source without declared columns.
+func (f *Flow) SourceSchema() batch.Schema {
+	if cols := f.Source.Columns(); len(cols) > 0 {
+		return columnsSchema(cols)
+	}
+	return f.fallback
+}
+
+// IsCDC reports whether the flow is an auto_cdc or auto_cdc_from_snapshot flow.
+func (f *Flow) IsCDC() bool { return f.Kind == KindAutoCDC || f.Kind == KindAutoCDCFromSnapshot }
+
+func columnsSchema(cols []Column) batch.Schema {
+	s := batch.Schema{Columns: make([]batch.Column, len(cols))}
+	for i, c := range cols {
+		s.Columns[i] = c.Batch()
+	}
+	return s
+}
