@@ -1,0 +1,104 @@
+package consumer
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// Default batch limits; a flow's spec may override each.
+const (
+	DefaultMaxRows  = 100_000
+	DefaultMaxBytes = 32 << 20
+	DefaultMaxWait  = time.Second
+)
+
+// DefaultSessionTimeout is the consumer group session timeout when the spec
+// sets none.
+const DefaultSessionTimeout = 10 * time.Second
+
+// Defaults of the group and shutdown timings.
+const (
+	// DefaultRebalanceTimeout is how long the group waits for every member
+	// to rejoin during a rebalance, that is for in-flight batches to finish.
+	DefaultRebalanceTimeout = time.Minute
+	// DefaultDrainTimeout bounds the work left when Consume is cancelled:
+	// the batch in Process and the final flush of partial batches.
+	DefaultDrainTimeout = 30 * time.Second
+	// DefaultClientID is the Kafka client id when Config sets none.
+	DefaultClientID = "sluice"
+)
+
+// Config configures one flow's consumer.
+type Config struct {
+	Brokers  []string
+	Group    string // the full group id: <group>.<flow>
+	Topic    string
+	ClientID string
+
+	SessionTimeout time.Duration // default DefaultSessionTimeout
+	// HeartbeatInterval is how often the member heartbeats the group
+	// coordinator; default a third of SessionTimeout.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout is how long a rebalance waits for members to rejoin;
+	// default DefaultRebalanceTimeout.
+	RebalanceTimeout time.Duration
+	// DrainTimeout bounds, once ctx is cancelled, the batch still in Process
+	// and the final flush of partial batches; default DefaultDrainTimeout.
+	DrainTimeout time.Duration
+
+	MaxRows  int           // records per batch; default DefaultMaxRows
+	MaxBytes int           // value+key bytes per batch; default DefaultMaxBytes
+	MaxWait  time.Duration // how long a partial batch waits for more; default DefaultMaxWait
+
+	// Start is where a partition without a ledger position (and without a
+	// committed group offset) starts: "earliest" (default) or "latest".
+	Start string
+
+	// Bounded makes Consume capture every partition's last stable offset when
+	// it starts, process up to it, and return nil (sluice update). A missing
+	// topic is then an error; otherwise it is waited for, and logged.
+	Bounded bool
+
+	TLS  *tls.Config
+	SASL *SASL
+
+	Logger *slog.Logger // nil discards
+}
+
+// SASL holds SASL/PLAIN or SCRAM credentials.
+type SASL struct {
+	Mechanism string // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	User      string
+	Password  string
+}
+
+// Handler applies batches. Process is called concurrently for different
+// partitions and sequentially within one partition.
+type Handler interface {
+	// Positions returns the ledger position (next offset to read) of each of
+	// the given partitions that has one. It is called on every assignment.
+	Positions(ctx context.Context, topic string, partitions []int32) (map[int32]int64, error)
+	// Process applies one batch and returns once its load is committed (or
+	// abandoned with an error). An error stops Consume. b.Records is reused
+	// for the partition's next batch once Process returns: keep nothing of it
+	// but copies (the Key and Value slices themselves are never reused).
+	Process(ctx context.Context, b *RecordBatch) error
+}
+
+// RecordBatch is a run of records of one partition, in offset order.
+type RecordBatch struct {
+	Topic      string
+	Partition  int32
+	Generation int32 // consumer group generation of this assignment
+	// From is the position this batch continues from: the ledger position on
+	// the first batch of an assignment (-1 when the ledger had none), then
+	// the Next of the previous batch.
+	From    int64
+	Next    int64 // offset after the last record
+	Records []batch.Record
+	Bytes   int // sum of key and value lengths
+}

@@ -1,0 +1,278 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// probeTick is how often a bounded claim that received nothing checks
+// whether records are still to come before its end offset (see tail.go).
+const probeTick = 100 * time.Millisecond
+
+// claimLoop is the batching loop of one claim: one partition in one group
+// session.
+type claimLoop struct {
+	r     *runner
+	sess  sarama.ConsumerGroupSession
+	claim sarama.ConsumerGroupClaim
+	topic string
+	p     int32
+
+	recs  []batch.Record
+	bytes int
+	prev  int64 // From of the next batch
+	next  int64 // offset after the last record read; negative until known
+
+	wait  *time.Timer // MaxWait of the current batch
+	waitC <-chan time.Time
+
+	// Bounded mode.
+	bounded  bool
+	end      int64
+	finished bool
+	quiet    int // probe ticks without a record
+}
+
+func newClaimLoop(r *runner, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim, from int64) *claimLoop {
+	return &claimLoop{
+		r:       r,
+		sess:    sess,
+		claim:   claim,
+		topic:   claim.Topic(),
+		p:       claim.Partition(),
+		recs:    make([]batch.Record, 0, min(r.cfg.MaxRows, 1<<14)),
+		prev:    from,
+		next:    claim.InitialOffset(),
+		bounded: r.cfg.Bounded,
+	}
+}
+
+func (l *claimLoop) run() {
+	if l.prev >= 0 && l.next != l.prev {
+		l.r.log.Warn("consumer: ledger position is out of the partition's range; reading from the start policy instead",
+			"partition", l.p, "position", l.prev, "start", l.r.cfg.Start)
+	}
+	defer func() {
+		if l.wait != nil {
+			l.wait.Stop()
+		}
+	}()
+	var probeC <-chan time.Time
+	if l.bounded {
+		l.checkStart()
+		if !l.finished {
+			t := time.NewTicker(probeTick)
+			defer t.Stop()
+			probeC = t.C
+		}
+	}
+	msgs := l.claim.Messages()
+	done := l.sess.Context().Done()
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				l.exit()
+				return
+			}
+			if !l.add(m) {
+				return
+			}
+		case <-l.waitC:
+			l.waitC = nil
+			if !l.flush() {
+				return
+			}
+		case <-probeC:
+			if !l.onProbeTick() {
+				return
+			}
+			if l.finished {
+				probeC = nil
+			}
+		case <-done:
+			l.exit()
+			return
+		}
+	}
+}
+
+// checkStart finishes a bounded claim that has nothing to read: a partition
+// done earlier in this run, one created after the run started, one whose
+// start is at or past its end.
+func (l *claimLoop) checkStart() {
+	end, ok := l.r.ends[l.p]
+	if !ok || l.r.isDone(l.p) {
+		l.finish()
+		return
+	}
+	l.end = end
+	switch l.next {
+	case sarama.OffsetNewest:
+		l.finish()
+		return
+	case sarama.OffsetOldest:
+		l.next = l.r.starts[l.p]
+	}
+	if l.next >= l.end {
+		l.finish()
+	}
+}
+
+// add takes one record; false means the claim must stop (an error).
+func (l *claimLoop) add(m *sarama.ConsumerMessage) bool {
+	if l.finished {
+		return true // past the end of a bounded read; the partition is paused
+	}
+	l.quiet = 0
+	if l.bounded && m.Offset >= l.end {
+		if !l.flush() {
+			return false
+		}
+		l.finish()
+		return true
+	}
+	size := len(m.Key) + len(m.Value)
+	if len(l.recs) > 0 && l.bytes+size > l.r.cfg.MaxBytes {
+		if !l.flush() {
+			return false
+		}
+	}
+	l.recs = append(l.recs, batch.Record{
+		Topic:     m.Topic,
+		Partition: m.Partition,
+		Offset:    m.Offset,
+		Timestamp: m.Timestamp,
+		Key:       m.Key, // sarama hands out fresh buffers per fetch: no copy
+		Value:     m.Value,
+	})
+	l.bytes += size
+	l.next = m.Offset + 1
+	if len(l.recs) == 1 {
+		l.armWait()
+	}
+	if len(l.recs) >= l.r.cfg.MaxRows || l.bytes >= l.r.cfg.MaxBytes {
+		if !l.flush() {
+			return false
+		}
+	}
+	if l.bounded && l.next >= l.end {
+		if !l.flush() {
+			return false
+		}
+		l.finish()
+	}
+	return true
+}
+
+func (l *claimLoop) armWait() {
+	if l.wait == nil {
+		l.wait = time.NewTimer(l.r.cfg.MaxWait)
+	} else {
+		l.wait.Reset(l.r.cfg.MaxWait)
+	}
+	l.waitC = l.wait.C
+}
+
+// flush hands the accumulated records to Process and, once it returned nil,
+// marks the group offset (committed in the background). False means Process failed (Consume
+// is stopping with its error).
+func (l *claimLoop) flush() bool {
+	if l.waitC != nil {
+		l.wait.Stop()
+		l.waitC = nil
+	}
+	if len(l.recs) == 0 {
+		return true
+	}
+	b := &RecordBatch{
+		Topic:      l.topic,
+		Partition:  l.p,
+		Generation: l.sess.GenerationID(),
+		From:       l.prev,
+		Next:       l.recs[len(l.recs)-1].Offset + 1,
+		Records:    l.recs,
+		Bytes:      l.bytes,
+	}
+	start := time.Now()
+	if err := l.r.h.Process(l.r.procCtx, b); err != nil {
+		l.r.fail(fmt.Errorf("consumer: process %s/%d from offset %d: %w", l.topic, l.p, l.recs[0].Offset, err))
+		return false
+	}
+	l.r.log.Debug("consumer: batch processed", "partition", l.p, "from", b.From, "next", b.Next,
+		"rows", len(b.Records), "bytes", b.Bytes, "duration", time.Since(start))
+	l.prev = b.Next
+	l.sess.MarkOffset(l.topic, l.p, b.Next, "")
+	clear(l.recs)
+	l.recs = l.recs[:0]
+	l.bytes = 0
+	return true
+}
+
+// finish ends a bounded claim's reading; the caller flushed what it had.
+func (l *claimLoop) finish() {
+	l.finished = true
+	l.r.markDone(l.p)
+}
+
+// onProbeTick checks, after a quiet spell, whether a bounded claim still
+// has records to receive before its end; when it has none (the offsets
+// left are transaction markers or aborted records) the claim is done.
+// Probes back off while records are still on their way.
+func (l *claimLoop) onProbeTick() bool {
+	if l.finished {
+		return true
+	}
+	l.quiet++
+	if !probeDue(l.quiet) {
+		return true
+	}
+	more, err := l.r.hasRecordsBefore(l.p, l.next, l.end)
+	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
+		// Retention removed the records from l.next on; read from the
+		// partition's new start.
+		if starts, lerr := listOffsets(l.r.client, l.topic, []int32{l.p}, sarama.OffsetOldest); lerr == nil && starts[l.p] > l.next {
+			l.next = starts[l.p]
+		}
+		return true
+	}
+	if err != nil {
+		l.r.log.Warn("consumer: probe for the end of a bounded read", "partition", l.p, "error", err)
+		return true
+	}
+	if more {
+		return true
+	}
+	if !l.flush() {
+		return false
+	}
+	l.finish()
+	return true
+}
+
+// exit ends the claim with the session: a partial batch is processed when
+// Consume is stopping cleanly and left to the partition's next owner
+// otherwise.
+func (l *claimLoop) exit() {
+	if len(l.recs) == 0 {
+		return
+	}
+	if l.r.flushOnExit() {
+		l.flush()
+		return
+	}
+	l.r.log.Debug("consumer: partial batch left to the partition's next owner", "partition", l.p,
+		"first_offset", l.recs[0].Offset, "rows", len(l.recs))
+	clear(l.recs)
+	l.recs = l.recs[:0]
+}
+
+// probeDue spaces the probes of a quiet claim: after 1, 2, 4, 8 and 16
+// quiet ticks, then every 32.
+func probeDue(quiet int) bool {
+	return quiet&(quiet-1) == 0 || quiet%32 == 0
+}

@@ -1,0 +1,491 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestConsumeBounded(t *testing.T) {
+	const n = 500
+	all := map[int32]int64{0: n, 1: n, 2: n}
+	zero := map[int32]int64{0: 0, 1: 0, 2: 0}
+	cases := []struct {
+		name     string
+		produce  bool
+		ledger   map[int32]int64 // preset positions
+		start    string
+		wantFrom map[int32]int64 // first offset expected processed
+		wantTo   map[int32]int64 // processed up to
+	}{
+		{name: "from the start", produce: true, wantFrom: zero, wantTo: all},
+		{name: "seeks to ledger positions", produce: true,
+			ledger:   map[int32]int64{0: 100, 2: 499},
+			wantFrom: map[int32]int64{0: 100, 1: 0, 2: 499}, wantTo: all},
+		{name: "ledger at the end", produce: true,
+			ledger: map[int32]int64{0: n, 1: n, 2: n}, wantFrom: all, wantTo: all},
+		{name: "empty topic", wantFrom: map[int32]int64{}, wantTo: map[int32]int64{}},
+		{name: "start latest without positions", produce: true, start: "latest",
+			wantFrom: map[int32]int64{}, wantTo: map[int32]int64{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := startBroker(t, map[string]int32{"orders": 3})
+			if tc.produce {
+				produceN(t, addr, "orders", []int32{0, 1, 2}, n, 50)
+			}
+			l := newFakeLedger()
+			for p, at := range tc.ledger {
+				l.pos[p] = at
+			}
+			cfg := testConfig(t, addr, "orders")
+			cfg.Bounded = true
+			cfg.MaxRows = 64
+			cfg.Start = tc.start
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			if err := Consume(ctx, cfg, l); err != nil {
+				t.Fatalf("Consume: %v", err)
+			}
+			t.Logf("bounded consume took %v", time.Since(start))
+			l.checkExactlyOnce(t, tc.wantFrom, filterProcessed(tc.wantFrom, tc.wantTo))
+			for p, want := range tc.wantTo {
+				if tc.wantFrom[p] < want {
+					if got := l.positionsNow()[p]; got != want {
+						t.Errorf("partition %d ledger at %d, want %d", p, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// filterProcessed drops partitions where nothing is expected.
+func filterProcessed(from, to map[int32]int64) map[int32]int64 {
+	out := map[int32]int64{}
+	for p, end := range to {
+		if from[p] < end {
+			out[p] = end
+		}
+	}
+	return out
+}
+
+func TestBatchLimits(t *testing.T) {
+	cases := []struct {
+		name     string
+		rows     int
+		maxRows  int
+		maxBytes int
+		size     int
+		check    func(t *testing.T, bs []batchInfo)
+	}{
+		{name: "rows", rows: 1000, maxRows: 64, maxBytes: 1 << 20, size: 10, check: func(t *testing.T, bs []batchInfo) {
+			for _, b := range bs {
+				if b.Rows > 64 {
+					t.Errorf("batch of %d rows, limit 64", b.Rows)
+				}
+			}
+			if len(bs) < 1000/64+1 {
+				t.Errorf("%d batches for 1000 rows of at most 64", len(bs))
+			}
+		}},
+		{name: "bytes", rows: 500, maxRows: 10000, maxBytes: 1000, size: 97, check: func(t *testing.T, bs []batchInfo) {
+			for _, b := range bs {
+				if b.Bytes > 1000 {
+					t.Errorf("batch of %d bytes, limit 1000", b.Bytes)
+				}
+			}
+			if len(bs) < 500*100/1000 {
+				t.Errorf("%d batches for 50000 bytes in batches of at most 1000", len(bs))
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := startBroker(t, map[string]int32{"t": 1})
+			produceN(t, addr, "t", []int32{0}, tc.rows, tc.size)
+			l := newFakeLedger()
+			cfg := testConfig(t, addr, "t")
+			cfg.Bounded = true
+			cfg.MaxRows = tc.maxRows
+			cfg.MaxBytes = tc.maxBytes
+			cfg.MaxWait = time.Minute
+			if err := Consume(context.Background(), cfg, l); err != nil {
+				t.Fatal(err)
+			}
+			if l.rowCount() != tc.rows {
+				t.Fatalf("processed %d rows, want %d", l.rowCount(), tc.rows)
+			}
+			tc.check(t, l.batchList())
+		})
+	}
+}
+
+func TestBatchMaxWait(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 1})
+	l := newFakeLedger()
+	cfg := testConfig(t, addr, "t")
+	cfg.MaxWait = 300 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runConsume(ctx, cfg, l)
+
+	// A first record proves the member reads; then a burst of records is
+	// held back until MaxWait after its first record and arrives as one batch.
+	produceN(t, addr, "t", []int32{0}, 1, 10)
+	waitFor(t, 10*time.Second, "the first record", func() bool { return l.rowCount() == 1 })
+	sent := time.Now()
+	msgs := make([]Message, 20)
+	for i := range msgs {
+		msgs[i] = Message{Value: []byte("v"), Partition: 0}
+	}
+	if err := Produce(ctx, []string{addr}, "t", msgs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the burst", func() bool { return l.rowCount() == 21 })
+	cancel()
+	if err := wait(t); err != nil {
+		t.Fatal(err)
+	}
+	bs := l.batchList()
+	if len(bs) != 2 || bs[1].Rows != 20 {
+		t.Fatalf("batches %+v, want one of 1 row then one of 20", bs)
+	}
+	if waited := bs[1].At.Sub(sent); waited < 250*time.Millisecond || waited > 3*time.Second {
+		t.Errorf("burst processed %v after it was sent, want about MaxWait (300ms)", waited)
+	}
+}
+
+func TestGroupOffsetsCommittedAfterProcess(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 1})
+	produceN(t, addr, "t", []int32{0}, 300, 10)
+	l := newFakeLedger()
+	release := make(chan struct{})
+	inSecond := make(chan struct{})
+	calls := 0
+	l.process = func(ctx context.Context, b *RecordBatch) error {
+		calls++
+		if calls == 2 {
+			close(inSecond)
+			<-release
+		}
+		return nil
+	}
+	cfg := testConfig(t, addr, "t")
+	cfg.Bounded = true
+	cfg.MaxRows = 100
+	wait := runConsume(context.Background(), cfg, l)
+
+	<-inSecond
+	lagOf := func() int64 {
+		lag, err := Lag(context.Background(), []string{addr}, cfg.Group, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lag[0]
+	}
+	// The first batch's offset is committed in the background; the second
+	// batch's must not be while it is in Process.
+	waitFor(t, 5*time.Second, "the first batch's commit", func() bool { return lagOf() == 200 })
+	time.Sleep(commitInterval + 500*time.Millisecond)
+	if lag := lagOf(); lag != 200 {
+		t.Errorf("lag while the second batch is in Process: %d, want 200", lag)
+	}
+	close(release)
+	if err := wait(t); err != nil {
+		t.Fatal(err)
+	}
+	if lag := lagOf(); lag != 0 {
+		t.Errorf("lag after the bounded run: %d, want 0", lag)
+	}
+}
+
+func TestProcessErrorStopsConsume(t *testing.T) {
+	errBoom := errors.New("boom")
+	for _, bounded := range []bool{true, false} {
+		name := "continuous"
+		if bounded {
+			name = "bounded"
+		}
+		t.Run(name, func(t *testing.T) {
+			addr := startBroker(t, map[string]int32{"t": 2})
+			produceN(t, addr, "t", []int32{0, 1}, 200, 10)
+			l := newFakeLedger()
+			l.process = func(_ context.Context, b *RecordBatch) error {
+				if b.Partition == 1 && b.From >= 0 {
+					return errBoom
+				}
+				return nil
+			}
+			cfg := testConfig(t, addr, "t")
+			cfg.Bounded = bounded
+			cfg.MaxRows = 50
+			err := runConsume(context.Background(), cfg, l)(t)
+			if !errors.Is(err, errBoom) {
+				t.Fatalf("Consume returned %v, want boom", err)
+			}
+			if !strings.Contains(err.Error(), "t/1") {
+				t.Errorf("error %q does not name the partition t/1", err)
+			}
+			if got := l.positionsNow()[1]; got != 50 {
+				t.Errorf("partition 1 ledger at %d, want 50 (the failed batch not applied)", got)
+			}
+		})
+	}
+}
+
+func TestPositionsErrorStopsConsume(t *testing.T) {
+	errDown := errors.New("destination down")
+	addr := startBroker(t, map[string]int32{"t": 1})
+	produceN(t, addr, "t", []int32{0}, 10, 10)
+	l := newFakeLedger()
+	calls := 0
+	l.positions = func([]int32) error {
+		// The bounded pre-check asks first; fail on the group assignment.
+		if calls++; calls > 1 {
+			return errDown
+		}
+		return nil
+	}
+	cfg := testConfig(t, addr, "t")
+	cfg.Bounded = true
+	err := runConsume(context.Background(), cfg, l)(t)
+	if !errors.Is(err, errDown) {
+		t.Fatalf("Consume returned %v, want the Positions error", err)
+	}
+	if l.rowCount() != 0 {
+		t.Errorf("%d rows processed without positions", l.rowCount())
+	}
+}
+
+func TestContinuousCancelFlushesPartialBatch(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 2})
+	l := newFakeLedger()
+	cfg := testConfig(t, addr, "t")
+	cfg.MaxRows = 100
+	cfg.MaxWait = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runConsume(ctx, cfg, l)
+
+	produceN(t, addr, "t", []int32{0, 1}, 100, 10) // one full batch each
+	waitFor(t, 10*time.Second, "the full batches", func() bool { return l.rowCount() == 200 })
+	produceN(t, addr, "t", []int32{0, 1}, 30, 10) // partial batches, held by MaxWait
+	time.Sleep(time.Second)
+	if got := l.rowCount(); got != 200 {
+		t.Fatalf("%d rows processed before cancel, want 200 (partials held)", got)
+	}
+	cancel()
+	if err := wait(t); err != nil {
+		t.Fatalf("Consume after cancel: %v", err)
+	}
+	l.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 130, 1: 130})
+	lag, err := Lag(context.Background(), []string{addr}, cfg.Group, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag[0] != 0 || lag[1] != 0 {
+		t.Errorf("lag after shutdown %v, want the flushed batches committed", lag)
+	}
+}
+
+func TestInFlightBatchCompletesOnCancel(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 1})
+	produceN(t, addr, "t", []int32{0}, 50, 10)
+	l := newFakeLedger()
+	entered := make(chan struct{})
+	l.process = func(ctx context.Context, b *RecordBatch) error {
+		close(entered)
+		time.Sleep(300 * time.Millisecond)
+		return ctx.Err()
+	}
+	cfg := testConfig(t, addr, "t")
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := runConsume(ctx, cfg, l)
+	<-entered
+	cancel()
+	if err := wait(t); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+	if got := l.positionsNow()[0]; got != 50 {
+		t.Errorf("ledger at %d, want 50: the in-flight batch must complete", got)
+	}
+}
+
+func TestBoundedMissingTopic(t *testing.T) {
+	addr := startBroker(t, nil)
+	cfg := testConfig(t, addr, "nope")
+	cfg.Bounded = true
+	err := Consume(context.Background(), cfg, newFakeLedger())
+	if !errors.Is(err, ErrUnknownTopic) {
+		t.Fatalf("Consume returned %v, want ErrUnknownTopic", err)
+	}
+}
+
+func TestContinuousWaitsForTopic(t *testing.T) {
+	addr := startBroker(t, nil)
+	l := newFakeLedger()
+	cfg := testConfig(t, addr, "later")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runConsume(ctx, cfg, l)
+	time.Sleep(1500 * time.Millisecond)
+	if err := CreateTopic(ctx, []string{addr}, "later", 2); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, addr, "later", []int32{0, 1}, 20, 10)
+	waitFor(t, 15*time.Second, "records of the late topic", func() bool { return l.rowCount() == 40 })
+	cancel()
+	if err := wait(t); err != nil {
+		t.Fatal(err)
+	}
+	l.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 20, 1: 20})
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"ok", Config{Brokers: []string{"x:1"}, Group: "g", Topic: "t"}, ""},
+		{"no brokers", Config{Group: "g", Topic: "t"}, "no brokers"},
+		{"no group", Config{Brokers: []string{"x:1"}, Topic: "t"}, "no group"},
+		{"bad start", Config{Brokers: []string{"x:1"}, Group: "g", Topic: "t", Start: "middle"}, "start"},
+		{"heartbeat too slow", Config{Brokers: []string{"x:1"}, Group: "g", Topic: "t", SessionTimeout: time.Second, HeartbeatInterval: time.Second}, "heartbeat"},
+		{"bad sasl", Config{Brokers: []string{"x:1"}, Group: "g", Topic: "t", SASL: &SASL{Mechanism: "GSSAPI"}}, "sasl"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.withDefaults().Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate: %v, want an error about %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLedgerBeatsGroupOffsets(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 3})
+	produceN(t, addr, "t", []int32{0, 1, 2}, 500, 10)
+	cfg := testConfig(t, addr, "t")
+	cfg.Bounded = true
+	cfg.MaxRows = 100
+
+	// A first run commits group offsets at the end of every partition.
+	if err := Consume(context.Background(), cfg, newFakeLedger()); err != nil {
+		t.Fatal(err)
+	}
+	// A second run in the same group whose ledger stands earlier on
+	// partition 0 must seek back there; partitions without a ledger position
+	// start at the group's offsets, so nothing is read from them.
+	l := newFakeLedger()
+	l.pos[0] = 100
+	if err := Consume(context.Background(), cfg, l); err != nil {
+		t.Fatal(err)
+	}
+	l.checkExactlyOnce(t, map[int32]int64{0: 100}, map[int32]int64{0: 500})
+}
+
+// labelled counts the batches one group member processed into a shared
+// ledger.
+type labelled struct {
+	*fakeLedger
+	rows atomic.Int64
+}
+
+func (h *labelled) Process(ctx context.Context, b *RecordBatch) error {
+	if err := h.fakeLedger.Process(ctx, b); err != nil {
+		return err
+	}
+	h.rows.Add(int64(len(b.Records)))
+	return nil
+}
+
+func TestRebalanceExactlyOnce(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 3})
+	shared := newFakeLedger()
+	shared.delay = 5 * time.Millisecond
+	a, b := &labelled{fakeLedger: shared}, &labelled{fakeLedger: shared}
+	cfg := testConfig(t, addr, "t")
+	cfg.MaxRows = 25
+	cfg.MaxWait = 50 * time.Millisecond
+
+	// Records keep coming for the whole test.
+	var produced [3]atomic.Int64
+	stopProducing := make(chan struct{})
+	producerDone := make(chan struct{})
+	go func() {
+		defer close(producerDone)
+		for {
+			select {
+			case <-stopProducing:
+				return
+			default:
+			}
+			var msgs []Message
+			for p := range int32(3) {
+				for range 20 {
+					msgs = append(msgs, Message{Value: []byte("record"), Partition: p})
+				}
+			}
+			if err := Produce(context.Background(), []string{addr}, "t", msgs); err != nil {
+				t.Error(err)
+				return
+			}
+			for p := range 3 {
+				produced[p].Add(20)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	waitA := runConsume(ctxA, cfg, a)
+	waitFor(t, 10*time.Second, "the first member to process", func() bool { return a.rows.Load() > 200 })
+
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	waitB := runConsume(ctxB, cfg, b)
+	waitFor(t, 15*time.Second, "the second member to get partitions", func() bool { return b.rows.Load() > 100 })
+	aBefore := a.rows.Load()
+	waitFor(t, 10*time.Second, "both members to process", func() bool { return a.rows.Load() > aBefore+100 })
+
+	cancelA()
+	if err := waitA(t); err != nil {
+		t.Fatalf("first member: %v", err)
+	}
+	bBefore := b.rows.Load()
+	waitFor(t, 15*time.Second, "the second member to take over", func() bool { return b.rows.Load() > bBefore+300 })
+
+	close(stopProducing)
+	<-producerDone
+	want := map[int32]int64{}
+	for p := range 3 {
+		want[int32(p)] = produced[p].Load()
+	}
+	waitFor(t, 15*time.Second, "every record", func() bool {
+		pos := shared.positionsNow()
+		for p, n := range want {
+			if pos[p] != n {
+				return false
+			}
+		}
+		return true
+	})
+	cancelB()
+	if err := waitB(t); err != nil {
+		t.Fatalf("second member: %v", err)
+	}
+	shared.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0, 2: 0}, want)
+	t.Logf("records %v; first member %d rows, second %d", want, a.rows.Load(), b.rows.Load())
+}
