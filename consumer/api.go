@@ -22,9 +22,11 @@ const DefaultSessionTimeout = 10 * time.Second
 
 // Defaults of the group and shutdown timings.
 const (
-	// DefaultRebalanceTimeout is how long the group waits for every member
-	// to rejoin during a rebalance, that is for in-flight batches to finish.
-	DefaultRebalanceTimeout = time.Minute
+	// MaxDefaultRebalanceTimeout caps the default rebalance timeout: how
+	// long the group waits for every member to rejoin during a rebalance,
+	// that is for in-flight batches to finish. The default is three session
+	// timeouts, at least 5 s and at most this.
+	MaxDefaultRebalanceTimeout = time.Minute
 	// DefaultDrainTimeout bounds the work left when Consume is cancelled:
 	// the batch in Process and the final flush of partial batches.
 	DefaultDrainTimeout = 30 * time.Second
@@ -44,7 +46,9 @@ type Config struct {
 	// coordinator; default a third of SessionTimeout.
 	HeartbeatInterval time.Duration
 	// RebalanceTimeout is how long a rebalance waits for members to rejoin;
-	// default DefaultRebalanceTimeout.
+	// default three session timeouts, between 5 s and
+	// MaxDefaultRebalanceTimeout. A member killed while the group was
+	// rebalancing holds the next rebalance up for this long.
 	RebalanceTimeout time.Duration
 	// DrainTimeout bounds, once ctx is cancelled, the batch still in Process
 	// and the final flush of partial batches; default DefaultDrainTimeout.

@@ -58,7 +58,7 @@ func (c Config) withDefaults() Config {
 		c.HeartbeatInterval = c.SessionTimeout / 3
 	}
 	if c.RebalanceTimeout <= 0 {
-		c.RebalanceTimeout = DefaultRebalanceTimeout
+		c.RebalanceTimeout = min(max(3*c.SessionTimeout, 5*time.Second), MaxDefaultRebalanceTimeout)
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DefaultDrainTimeout
@@ -159,6 +159,11 @@ func (c Config) saramaConfig() *sarama.Config {
 	conf.Consumer.Group.Session.Timeout = c.SessionTimeout
 	conf.Consumer.Group.Heartbeat.Interval = c.HeartbeatInterval
 	conf.Consumer.Group.Rebalance.Timeout = c.RebalanceTimeout
+	// A JoinGroup request is answered only when the rebalance completes,
+	// which may take the whole rebalance timeout. A read timeout shorter
+	// than that drops the answer and rejoins as a new member that the next
+	// rebalance waits for in turn: a livelock.
+	conf.Net.ReadTimeout = max(conf.Net.ReadTimeout, c.RebalanceTimeout+10*time.Second)
 	// Eager range assignment: every rebalance ends the session, so Setup
 	// sees the whole new assignment and can seek every claim to the ledger
 	// before any record is read. Cooperative rebalancing keeps claims across
