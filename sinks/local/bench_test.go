@@ -1,0 +1,120 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// batchBytes is the size of a batch's values in memory, for b.SetBytes.
+func batchBytes(b *batch.Batch) int64 {
+	var n int64
+	for _, v := range b.Vectors {
+		n += int64(8 * len(v.Ints))
+		n += int64(8 * len(v.Floats))
+		n += int64(len(v.Bools))
+		n += int64(16 * len(v.Decs))
+		for _, s := range v.Strs {
+			n += int64(len(s))
+		}
+		for _, s := range v.Bytes {
+			n += int64(len(s))
+		}
+	}
+	return n
+}
+
+// BenchmarkLoad commits 100k-row loads of an orders table through
+// Begin/Write/Commit: staging, fsyncs, the ledger append and publishing.
+func BenchmarkLoad(b *testing.B) {
+	const rows = 100_000
+	ctx := context.Background()
+	opts := testOpts(b.TempDir())
+	opts.KeepVersions = 0 // the default
+	s := openTest(b, opts)
+	if err := s.Ensure(ctx, []sinks.Table{ordersTable}); err != nil {
+		b.Fatal(err)
+	}
+	data := ordersBatch(0, rows)
+	b.SetBytes(batchBytes(data))
+	b.ReportAllocs()
+	b.ResetTimer()
+	from := int64(-1)
+	for i := range b.N {
+		ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: fmt.Sprintf("bench-%d", i), Pipeline: "p", Flow: "f", Targets: []string{"orders"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ld.Write(ctx, "orders", data); err != nil {
+			b.Fatal(err)
+		}
+		to := max(from, 0) + rows
+		if err := ld.Commit(ctx, sinks.Commit{
+			From: batch.Positions{{Topic: "orders", Offset: from}},
+			To:   batch.Positions{{Topic: "orders", Offset: to}},
+			Rows: rows,
+		}); err != nil {
+			b.Fatal(err)
+		}
+		from = to
+	}
+	b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkWriteFile writes 1M orders to one Parquet file: the encoding
+// cost alone.
+func BenchmarkWriteFile(b *testing.B) {
+	const rows = 1_000_000
+	dir := b.TempDir()
+	data := ordersBatch(0, rows)
+	b.SetBytes(batchBytes(data))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		fw, err := createFile(filepath.Join(dir, fmt.Sprintf("f%d.parquet", i)), ordersSchema, "0123456789abcdef0123456789abcdef", loadCodec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := fw.write(data); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := fw.close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkScan reads back 1M orders.
+func BenchmarkScan(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b, testOpts(b.TempDir()))
+	if err := s.Ensure(ctx, []sinks.Table{ordersTable}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10 {
+		ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: fmt.Sprintf("scan-%d", i), Pipeline: "p", Flow: "f"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ld.Write(ctx, "orders", ordersBatch(i*100_000, 100_000)); err != nil {
+			b.Fatal(err)
+		}
+		if err := ld.Commit(ctx, sinks.Commit{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		out, err := s.Scan(ctx, "orders")
+		if err != nil || out.Len() != 1_000_000 {
+			b.Fatalf("scan: %d rows, %v", out.Len(), err)
+		}
+	}
+	b.ReportMetric(float64(b.N*1_000_000)/b.Elapsed().Seconds(), "rows/s")
+}

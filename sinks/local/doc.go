@@ -1,0 +1,114 @@
+// Package local is the local destination of sluice: tables as folders of
+// Parquet files on disk, a ledger of committed loads, and the commit and
+// recovery protocol that makes every table show exactly the committed loads.
+//
+// It owns everything under the destination folder and nothing else. It must
+// not know sources, Kafka or the CDC rules: it stores the columnar batches
+// and positions it is given, refuses stale loads, and publishes atomically.
+//
+// # On-disk layout
+//
+//	<path>/
+//	  orders -> _sluice/tables/orders/v000000000042    a table: a symlink to its current version
+//	  _sluice_dead_letters -> _sluice/tables/_sluice_dead_letters/v000000000007
+//	  _sluice/                                       hidden state; never inside a table's folder
+//	    lock                                         flock: the destination lock
+//	    ledger.jsonl                                 the ledger: one JSON line per committed load
+//	    tables/<table>/schema.json                   declared columns and partition_by
+//	    tables/<table>/v<N>/                         version N: immutable, hard links to data files
+//	    tables/<table>/v<N>.json                     its manifest: files, rows, and "through"
+//	    staging/<load id>/                           a load's files until published, and its .lock
+//	    staging/compact-<table>-<random>/            a compaction's inputs and output
+//	    heartbeats/<pipeline>/<id>.json              live processes of a pipeline
+//	    tmp/                                         symlinks and folders being made
+//
+// A version folder holds part-<seq>-<n>.parquet files (the n-th file of the
+// load with ledger seq <seq>) and compact-<version>-<n>.parquet files; a
+// table with partition_by holds them in col=value/ folders (Hive style: the
+// values escaped as Hive does, NULL and "" as __HIVE_DEFAULT_PARTITION__; the
+// partition columns stay in the files too, exact). Readers use the table's
+// folder directly: DuckDB read_parquet('<path>/orders/**/*.parquet'), pandas,
+// ClickHouse file(). _sluice_loads is not a folder: Scan returns the ledger
+// with batch.LoadsSchema, and DuckDB reads read_json('<path>/_sluice/ledger.jsonl').
+//
+// # Files
+//
+// One column per table column, in order, then _sluice_load_id (string).
+// string: BYTE_ARRAY STRING; int64: INT64; float64: DOUBLE; bool: BOOLEAN;
+// timestamp: INT64 TIMESTAMP(MICROS, isAdjustedToUTC); date: INT32 DATE;
+// decimal(P,S): DECIMAL(P,S) over INT64 for P <= 18, over
+// FIXED_LEN_BYTE_ARRAY(16) (big-endian two's complement) above, without
+// min/max statistics (their bytes would compare unsigned); bytes: BYTE_ARRAY.
+// Nullable columns are OPTIONAL, the others REQUIRED. Columns are written a
+// column at a time through parquet-go's ColumnWriters, row groups of up to 1M
+// rows. Load files are Snappy-compressed (the fast path), compacted files
+// Zstd (smaller; compaction runs in the background). Columns added to a table
+// later are missing from older files; Scan reads them as NULL.
+//
+// # The commit protocol
+//
+// A load (Begin) creates _sluice/tmp/<load id>/, takes an flock on its
+// .lock and renames it to _sluice/staging/<load id>/: a staging folder is
+// never visible unlocked while its load lives. Then, step by step:
+//
+//  1. Write streams each table's rows into staging/<load id>/<table>.<n>.parquet
+//     (one file per table, or per partition). Loads stage in parallel.
+//  2. Commit finishes the files and fsyncs them, the staging folder and
+//     _sluice/staging.
+//  3. It takes the destination lock: a mutex in the process, then an
+//     exclusive flock on _sluice/lock across processes.
+//  4. It reads the ledger lines other writers appended, cutting a torn last
+//     line, and checks the load: for each Kafka position in Commit.From the
+//     ledger's position of (pipeline, flow, topic, partition) must equal it
+//     (an Offset < 0 means none: the ledger must have none). Otherwise the
+//     load is discarded and Commit returns sinks.ErrStale.
+//  5. It appends the load's line (seq, load id, files, positions, counts,
+//     commit time) to _sluice/ledger.jsonl and fsyncs it. This is the commit
+//     point: a line cut short by a crash has no newline and is not committed.
+//  6. It publishes every committed load its tables lack, in seq order (its
+//     own, and any a dead writer left): for each table, a new version folder
+//     v<N+1> of hard links (the current version's files and the loads'
+//     staged files), fsynced; its manifest v<N+1>.json, whose "through" is
+//     the seq of the last load it holds, fsynced; the tables folder fsynced.
+//  7. It swaps the table: a new symlink in _sluice/tmp renamed over
+//     <path>/<table> (rename(2) is atomic: a reader sees the old version or
+//     the new), then fsyncs <path>.
+//  8. It removes the loads' staging folders, and version folders superseded
+//     for longer than Options.KeepVersions (a reader that resolved the
+//     symlink just before a swap still opens the old files; open files live
+//     on through their hard links), and releases the lock.
+//
+// Because loads are published in seq order under the lock, a table's
+// manifest says which loads it holds with one number, whatever compaction
+// merged: every load up to "through" that wrote the table. Publishing is
+// idempotent: loads at or below "through" are skipped.
+//
+// A commit that fails after step 5 returns an error saying the load is
+// committed: the next commit of any writer, or Recover, publishes it (a
+// retried batch is then refused as stale, which is what the runner expects).
+//
+// # Recovery
+//
+// Open reads the ledger but repairs nothing. Recover takes the lock, cuts a
+// torn ledger line, publishes every committed load missing from its tables,
+// removes the staging folders whose flock no one holds (loads whose writer
+// died before its commit point; live loads, in this or another process, are
+// locked and left alone), removes version folders newer than a table's
+// current one (a crash before the swap) and superseded ones, and returns the
+// ledger. Several processes may share a destination; Recover is safe while
+// others write.
+//
+// # Compaction
+//
+// A background goroutine (every Options.CompactInterval; Close stops it), or
+// Compact, merges a table's small files per folder into one file: the inputs
+// are hard-linked into a locked staging folder and merged outside the lock;
+// then under the lock the current manifest is read again, and only if every
+// input is still in it is a new version published (the current files minus
+// the inputs, plus the merged file; same "through"). A commit published
+// meanwhile is kept; a compaction that lost a race is dropped. Rows keep their
+// _sluice_load_id.
+//
+// The destination needs a POSIX file system: symlinks, hard links, rename
+// and flock, all under one folder.
+package local

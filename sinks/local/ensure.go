@@ -1,0 +1,278 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// schemaJSON is a table's definition as stored in
+// _sluice/tables/<table>/schema.json.
+type schemaJSON struct {
+	Columns     []columnJSON `json:"columns"`
+	PartitionBy []string     `json:"partition_by,omitempty"`
+}
+
+// tableDef is what the sink keeps of a table's declaration.
+type tableDef struct {
+	Schema      batch.Schema
+	PartitionBy []string
+}
+
+type columnJSON struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Nullable bool   `json:"nullable,omitempty"`
+}
+
+func encodeSchema(d tableDef) []byte {
+	j := schemaJSON{PartitionBy: d.PartitionBy}
+	for _, c := range d.Schema.Columns {
+		j.Columns = append(j.Columns, columnJSON{Name: c.Name, Type: c.Type.String(), Nullable: c.Nullable})
+	}
+	out, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		panic(fmt.Sprintf("local: schema does not encode: %v", err))
+	}
+	return append(out, '\n')
+}
+
+func decodeSchema(data []byte) (tableDef, error) {
+	var j schemaJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return tableDef{}, err
+	}
+	d := tableDef{PartitionBy: j.PartitionBy}
+	for _, c := range j.Columns {
+		t, err := batch.ParseType(c.Type)
+		if err != nil {
+			return tableDef{}, fmt.Errorf("column %s: %w", c.Name, err)
+		}
+		d.Schema.Columns = append(d.Schema.Columns, batch.Column{Name: c.Name, Type: t, Nullable: c.Nullable})
+	}
+	return d, nil
+}
+
+// readTable reads a table's stored definition (fs.ErrNotExist when the
+// table does not exist) and caches it.
+func (s *Sink) readTable(table string) (tableDef, error) {
+	data, err := os.ReadFile(s.lay.schemaFile(table))
+	if err != nil {
+		return tableDef{}, err
+	}
+	d, err := decodeSchema(data)
+	if err != nil {
+		return tableDef{}, fmt.Errorf("%s: %w", s.lay.schemaFile(table), err)
+	}
+	s.schemaMu.Lock()
+	s.schemas[table] = d
+	s.schemaMu.Unlock()
+	return d, nil
+}
+
+// table returns a table's definition, from the cache when it has it.
+func (s *Sink) table(table string) (tableDef, error) {
+	s.schemaMu.Lock()
+	d, ok := s.schemas[table]
+	s.schemaMu.Unlock()
+	if ok {
+		return d, nil
+	}
+	return s.readTable(table)
+}
+
+// checkColumns validates a declared schema.
+func checkColumns(t sinks.Table) error {
+	var errs *multierror.Error
+	seen := map[string]bool{}
+	for _, c := range t.Schema.Columns {
+		switch {
+		case c.Name == "":
+			errs = multierror.Append(errs, errors.New("a column has no name"))
+		case strings.HasPrefix(c.Name, "_sluice_"):
+			errs = multierror.Append(errs, fmt.Errorf("column %s: names starting with _sluice_ are reserved", c.Name))
+		case seen[c.Name]:
+			errs = multierror.Append(errs, fmt.Errorf("column %s is declared twice", c.Name))
+		}
+		seen[c.Name] = true
+		if _, err := batch.ParseType(c.Type.String()); err != nil || c.Type.Kind == batch.KindInvalid {
+			errs = multierror.Append(errs, fmt.Errorf("column %s has invalid type %v", c.Name, c.Type))
+		}
+	}
+	seenPart := map[string]bool{}
+	for _, p := range t.PartitionBy {
+		switch {
+		case t.Schema.Index(p) < 0:
+			errs = multierror.Append(errs, fmt.Errorf("partition_by column %s is not a column of the table", p))
+		case seenPart[p]:
+			errs = multierror.Append(errs, fmt.Errorf("partition_by names %s twice", p))
+		}
+		seenPart[p] = true
+	}
+	return errs.ErrorOrNil()
+}
+
+// evolve checks a declared schema against the stored one. The only change
+// allowed is new nullable columns; the stored columns must stay, in order,
+// with their types and nullability.
+func evolve(stored, declared batch.Schema) (added []string, err error) {
+	var errs *multierror.Error
+	j := 0
+	for _, c := range declared.Columns {
+		k := stored.Index(c.Name)
+		if k < 0 {
+			if !c.Nullable {
+				errs = multierror.Append(errs, fmt.Errorf("column %s is new and not nullable (only nullable columns can be added)", c.Name))
+			}
+			added = append(added, c.Name)
+			continue
+		}
+		old := stored.Columns[k]
+		if old.Type != c.Type {
+			errs = multierror.Append(errs, fmt.Errorf("column %s changed type from %v to %v", c.Name, old.Type, c.Type))
+		}
+		if old.Nullable != c.Nullable {
+			errs = multierror.Append(errs, fmt.Errorf("column %s changed from %s to %s", c.Name, nullability(old), nullability(c)))
+		}
+		if k < j {
+			errs = multierror.Append(errs, fmt.Errorf("column %s moved", c.Name))
+		}
+		j = max(j, k)
+	}
+	for _, c := range stored.Columns {
+		if declared.Index(c.Name) < 0 {
+			errs = multierror.Append(errs, fmt.Errorf("column %s was removed", c.Name))
+		}
+	}
+	return added, errs.ErrorOrNil()
+}
+
+func nullability(c batch.Column) string {
+	if c.Nullable {
+		return "nullable"
+	}
+	return "not nullable"
+}
+
+// Ensure creates missing tables (an empty first version and the stored
+// schema) and _sluice_dead_letters, and checks existing ones: a declared
+// schema may add nullable columns to a stored one (rows loaded before read
+// them as NULL); any other difference is an error naming it.
+func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
+	all := append([]sinks.Table{{Name: batch.DeadLettersTable, Schema: batch.DeadLetterSchema}}, tables...)
+	var errs *multierror.Error
+	seen := map[string]bool{}
+	for i, t := range all {
+		switch {
+		case !tableName.MatchString(t.Name) || t.Name == stateDir:
+			errs = multierror.Append(errs, fmt.Errorf("table %q: not a valid table name", t.Name))
+		case i > 0 && strings.HasPrefix(t.Name, "_sluice"):
+			errs = multierror.Append(errs, fmt.Errorf("table %s: names starting with _sluice are reserved", t.Name))
+		case seen[t.Name]:
+			errs = multierror.Append(errs, fmt.Errorf("table %s is declared twice", t.Name))
+		}
+		seen[t.Name] = true
+		if err := checkColumns(t); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("table %s: %w", t.Name, err))
+		}
+	}
+	if err := errs.ErrorOrNil(); err != nil {
+		return fmt.Errorf("local: ensure: %w", err)
+	}
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return fmt.Errorf("local: ensure: %w", err)
+	}
+	defer unlock()
+	// Check every table before changing any.
+	exists := make([]bool, len(all))
+	added := make([][]string, len(all))
+	for i, t := range all {
+		if st, err := os.Lstat(s.lay.link(t.Name)); err == nil && st.Mode()&fs.ModeSymlink == 0 {
+			errs = multierror.Append(errs, fmt.Errorf("table %s: %s exists and is not a table folder of sluice (a symlink)",
+				t.Name, s.lay.link(t.Name)))
+			continue
+		}
+		stored, err := s.readTable(t.Name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			exists[i] = true
+			added[i], err = evolve(stored.Schema, t.Schema)
+			if !slices.Equal(stored.PartitionBy, t.PartitionBy) {
+				err = multierror.Append(err, fmt.Errorf("partition_by changed from %v to %v", stored.PartitionBy, t.PartitionBy))
+			}
+			if err != nil {
+				err = fmt.Errorf("stored schema differs: %w", err)
+			}
+		}
+		if err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("table %s: %w", t.Name, err))
+		}
+	}
+	if err := errs.ErrorOrNil(); err != nil {
+		return fmt.Errorf("local: ensure: %w", err)
+	}
+	for i, t := range all {
+		if err := s.ensureTable(t, exists[i], added[i]); err != nil {
+			return fmt.Errorf("local: ensure: table %s: %w", t.Name, err)
+		}
+	}
+	return nil
+}
+
+// ensureTable creates a table or applies its new columns, then makes sure
+// its folder exists. Runs under the destination lock.
+func (s *Sink) ensureTable(t sinks.Table, exists bool, added []string) error {
+	switch {
+	case !exists:
+		if err := os.MkdirAll(s.lay.tableDir(t.Name), 0o755); err != nil {
+			return err
+		}
+		if err := syncDir(s.lay.tables()); err != nil {
+			return err
+		}
+		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(tableDef{t.Schema, t.PartitionBy})); err != nil {
+			return err
+		}
+		s.log.Info("table created", "table", t.Name, "columns", len(t.Schema.Columns))
+	case len(added) > 0:
+		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(tableDef{t.Schema, t.PartitionBy})); err != nil {
+			return err
+		}
+		s.log.Info("schema changed", "table", t.Name, "added", added)
+	}
+	s.schemaMu.Lock()
+	s.schemas[t.Name] = tableDef{t.Schema, t.PartitionBy}
+	s.schemaMu.Unlock()
+
+	// The table's folder: a symlink to its current version; a new table gets
+	// an empty version 0.
+	st, err := os.Lstat(s.lay.link(t.Name))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		empty := manifest{Version: 0, Created: time.Now().UTC()}
+		if err := s.writeVersion(t.Name, empty, nil); err != nil {
+			return err
+		}
+		return s.swap(t.Name, 0)
+	case err != nil:
+		return err
+	case st.Mode()&fs.ModeSymlink == 0:
+		return fmt.Errorf("%s exists and is not a table folder of sluice (a symlink)", s.lay.link(t.Name))
+	}
+	_, err = s.current(t.Name)
+	return err
+}

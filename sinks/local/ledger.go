@@ -1,0 +1,280 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// entry is one line of _sluice/ledger.jsonl: a committed load.
+type entry struct {
+	// Seq numbers committed loads 1, 2, ... in commit order. A table's
+	// manifest says up to which Seq it holds every load that wrote it.
+	Seq         int64           `json:"seq"`
+	LoadID      string          `json:"load_id"`
+	Pipeline    string          `json:"pipeline"`
+	Flow        string          `json:"flow"`
+	Targets     []string        `json:"targets"`
+	Files       []stagedFile    `json:"files"` // per table the load wrote, one per partition
+	From        batch.Positions `json:"from"`
+	To          batch.Positions `json:"positions"`
+	Rows        int64           `json:"rows"`
+	DeadLetters int64           `json:"dead_letters"`
+	Generation  int64           `json:"generation"`
+	CommittedAt time.Time       `json:"committed_at"`
+}
+
+// stagedFile is a file a load staged for a table: layout.stagedFile(load,
+// Table, N), published into the folder Dir of the table ("" unless the
+// table is partitioned).
+type stagedFile struct {
+	Table string `json:"table"`
+	Dir   string `json:"dir,omitempty"`
+	N     int    `json:"n"`
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+}
+
+func (e *entry) record() batch.LoadRecord {
+	return batch.LoadRecord{
+		LoadID:      e.LoadID,
+		Pipeline:    e.Pipeline,
+		Flow:        e.Flow,
+		Targets:     append([]string(nil), e.Targets...),
+		Positions:   append(batch.Positions(nil), e.To...),
+		Rows:        e.Rows,
+		DeadLetters: e.DeadLetters,
+		Generation:  e.Generation,
+		CommittedAt: e.CommittedAt,
+	}
+}
+
+// posKey names a Kafka partition of one flow in the ledger.
+type posKey struct {
+	pipeline, flow, topic string
+	partition             int32
+}
+
+// ledger is the in-memory copy of the ledger file, read incrementally. Only
+// complete lines count; a last line without its newline is a torn append
+// of a writer that died before its commit point.
+type ledger struct {
+	path string
+
+	mu      sync.Mutex
+	f       *os.File
+	off     int64 // bytes of complete lines read
+	entries []entry
+	ids     map[string]int64 // load id -> seq
+	pos     map[posKey]int64 // greatest Kafka offset reached
+	cut     int              // torn lines cut off, for the log
+}
+
+func openLedger(path string) (*ledger, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &ledger{path: path, f: f, ids: map[string]int64{}, pos: map[posKey]int64{}}, nil
+}
+
+func (l *ledger) close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Close()
+}
+
+// refresh reads lines appended since the last call. With repair (only under
+// the destination lock, when no writer can be mid-append) a torn last line
+// is cut off the file; without it, it is left for the next writer to cut.
+// l.mu must be held.
+func (l *ledger) refresh(repair bool) error {
+	st, err := l.f.Stat()
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	size := st.Size()
+	if size < l.off {
+		return fmt.Errorf("ledger: %s shrank from %d to %d bytes", l.path, l.off, size)
+	}
+	if size == l.off {
+		return nil
+	}
+	r := bufio.NewReaderSize(io.NewSectionReader(l.f, l.off, size-l.off), 1<<20)
+	for {
+		line, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// A line longer than the buffer: gather it.
+			full := append([]byte(nil), line...)
+			for err == bufio.ErrBufferFull {
+				line, err = r.ReadSlice('\n')
+				full = append(full, line...)
+			}
+			line = full
+		}
+		if err == io.EOF {
+			break // a torn tail, or nothing
+		}
+		if err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		var e entry
+		if jerr := json.Unmarshal(line, &e); jerr != nil {
+			if rest, _ := io.ReadAll(r); len(bytes.TrimSpace(rest)) > 0 {
+				return fmt.Errorf("ledger: %s is corrupt at byte %d: %w", l.path, l.off, jerr)
+			}
+			break // a garbled last line: an append cut by a crash
+		}
+		if e.Seq != l.lastSeq()+1 {
+			return fmt.Errorf("ledger: %s is corrupt at byte %d: sequence %d after %d", l.path, l.off, e.Seq, l.lastSeq())
+		}
+		l.add(e)
+		l.off += int64(len(line))
+	}
+	if repair && l.off < size {
+		if err := l.f.Truncate(l.off); err != nil {
+			return fmt.Errorf("ledger: cut torn line: %w", err)
+		}
+		if err := l.f.Sync(); err != nil {
+			return fmt.Errorf("ledger: cut torn line: %w", err)
+		}
+		l.cut++
+	}
+	return nil
+}
+
+func (l *ledger) add(e entry) {
+	l.entries = append(l.entries, e)
+	l.ids[e.LoadID] = e.Seq
+	for _, p := range e.To {
+		if p.Topic == "" {
+			continue
+		}
+		k := posKey{e.Pipeline, e.Flow, p.Topic, p.Partition}
+		if cur, ok := l.pos[k]; !ok || p.Offset > cur {
+			l.pos[k] = p.Offset
+		}
+	}
+}
+
+func (l *ledger) lastSeq() int64 {
+	if len(l.entries) == 0 {
+		return 0
+	}
+	return l.entries[len(l.entries)-1].Seq
+}
+
+// since returns the entries after seq.
+func (l *ledger) since(seq int64) []entry {
+	// Seq i is at index i-1.
+	if seq < 0 {
+		seq = 0
+	}
+	if seq >= int64(len(l.entries)) {
+		return nil
+	}
+	return l.entries[seq:]
+}
+
+// checkStale refuses a load whose starting positions are not the ledger's.
+// l.mu must be held.
+func (l *ledger) checkStale(meta sinks.LoadMeta, from batch.Positions) error {
+	for _, p := range from {
+		if p.Topic == "" {
+			continue
+		}
+		cur, ok := l.pos[posKey{meta.Pipeline, meta.Flow, p.Topic, p.Partition}]
+		switch {
+		case p.Offset < 0 && ok:
+			return fmt.Errorf("%w: %s/%d starts with no position but the ledger is at %d",
+				sinks.ErrStale, p.Topic, p.Partition, cur)
+		case p.Offset >= 0 && ok && cur != p.Offset:
+			return fmt.Errorf("%w: %s/%d starts at %d but the ledger is at %d",
+				sinks.ErrStale, p.Topic, p.Partition, p.Offset, cur)
+		}
+	}
+	return nil
+}
+
+// errTornAppend is returned by append when a test simulates a crash in the
+// middle of the write.
+var errTornAppend = errors.New("append torn")
+
+// append writes e as the ledger's next line and syncs the file: the commit
+// point. On failure the file is cut back so that the load stays
+// uncommitted. tear, for tests, writes half the line and stops there as a
+// crash would. l.mu and the destination lock must be held, after a refresh
+// with repair.
+func (l *ledger) append(e entry, tear bool) error {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	line = append(line, '\n')
+	if tear {
+		l.f.WriteAt(line[:len(line)/2], l.off)
+		return errTornAppend
+	}
+	if _, err = l.f.WriteAt(line, l.off); err == nil {
+		err = l.f.Sync()
+	}
+	if err != nil {
+		if terr := l.f.Truncate(l.off); terr == nil {
+			l.f.Sync()
+		}
+		return fmt.Errorf("ledger: append: %w", err)
+	}
+	l.off += int64(len(line))
+	l.add(e)
+	return nil
+}
+
+// records returns the committed loads of pipeline (all when empty).
+// l.mu must be held.
+func (l *ledger) records(pipeline string) *batch.Ledger {
+	out := &batch.Ledger{}
+	for i := range l.entries {
+		if pipeline == "" || l.entries[i].Pipeline == pipeline {
+			out.Loads = append(out.Loads, l.entries[i].record())
+		}
+	}
+	return out
+}
+
+// loadsBatch returns the ledger as the _sluice_loads table.
+func (l *ledger) loadsBatch() *batch.Batch {
+	b := batch.New(batch.LoadsSchema, len(l.entries))
+	for i := range l.entries {
+		e := &l.entries[i]
+		b.Vectors[0].AppendString(e.LoadID)
+		b.Vectors[1].AppendString(e.Pipeline)
+		b.Vectors[2].AppendString(e.Flow)
+		b.Vectors[3].AppendString(joinComma(e.Targets))
+		b.Vectors[4].AppendString(e.To.Encode())
+		b.Vectors[5].AppendInt(e.Rows)
+		b.Vectors[6].AppendInt(e.DeadLetters)
+		b.Vectors[7].AppendInt(e.Generation)
+		b.Vectors[8].AppendInt(e.CommittedAt.UnixMicro())
+	}
+	return b
+}
+
+func joinComma(s []string) string {
+	var b bytes.Buffer
+	for i, x := range s {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(x)
+	}
+	return b.String()
+}

@@ -1,0 +1,618 @@
+package local
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"unsafe"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/snappy"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
+	"github.com/parquet-go/parquet-go/compress/zstd"
+	"github.com/parquet-go/parquet-go/deprecated"
+	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// rowGroupRows bounds the rows of one row group: a Write of more rows is
+// split, and consecutive Writes of one load share a row group until it holds
+// this many rows. A variable for tests.
+var rowGroupRows = 1 << 20
+
+// Sizes of the files sluice writes.
+const (
+	// rowGroupBytes flushes a row group early when its buffered size grows
+	// past this, so that wide rows do not hold much memory.
+	rowGroupBytes = 128 << 20
+	// valueChunk is how many values are converted at a time into the
+	// reusable parquet.Value buffer of a column.
+	valueChunk = 4096
+)
+
+// loadCodec compresses the files of loads: Snappy, produced by s2's fastest
+// Snappy-compatible encoder, because loads are on the hot path.
+var loadCodec compress.Codec = &fastSnappy{}
+
+// compactCodec compresses the files compaction writes: Zstd, smaller, because
+// compaction runs in the background.
+var compactCodec compress.Codec = &zstd.Codec{Level: zstd.SpeedDefault}
+
+// fastSnappy is the SNAPPY parquet codec with s2's faster Snappy encoder
+// (the output is plain Snappy; any reader decodes it).
+type fastSnappy struct{}
+
+func (*fastSnappy) String() string                            { return "SNAPPY" }
+func (*fastSnappy) CompressionCodec() format.CompressionCodec { return format.Snappy }
+
+func (*fastSnappy) Encode(dst, src []byte) ([]byte, error) {
+	n := s2.MaxEncodedLen(len(src))
+	if n < 0 {
+		return dst[:0], fmt.Errorf("snappy: page of %d bytes is too large", len(src))
+	}
+	if cap(dst) < n {
+		dst = make([]byte, n)
+	}
+	return s2.EncodeSnappy(dst[:n], src), nil
+}
+
+func (*fastSnappy) Decode(dst, src []byte) ([]byte, error) {
+	n, err := snappy.DecodedLen(src)
+	if err != nil {
+		return dst[:0], err
+	}
+	if cap(dst) < n {
+		dst = make([]byte, n)
+	}
+	return snappy.Decode(dst[:n], src)
+}
+
+// decimalInt64 is the DECIMAL logical type over INT64. parquet.Decimal
+// builds the same type but logs a warning for precisions below 10, which the
+// format allows.
+type decimalInt64 struct {
+	parquet.Type
+	dec format.DecimalType
+}
+
+func (t *decimalInt64) String() string { return t.dec.String() }
+
+func (t *decimalInt64) LogicalType() *format.LogicalType {
+	return &format.LogicalType{Value: &t.dec}
+}
+
+func (t *decimalInt64) ConvertedType() *deprecated.ConvertedType {
+	ct := deprecated.Decimal
+	return &ct
+}
+
+// orderedGroup is a parquet group whose fields keep the table's column order
+// (parquet.Group sorts them by name).
+type orderedGroup struct {
+	parquet.Group
+	fields []parquet.Field
+}
+
+func (g *orderedGroup) Fields() []parquet.Field { return g.fields }
+
+func newOrderedGroup(names []string, nodes []parquet.Node) *orderedGroup {
+	g := &orderedGroup{Group: parquet.Group{}}
+	for i, n := range names {
+		g.Group[n] = nodes[i]
+	}
+	byName := map[string]parquet.Field{}
+	for _, f := range g.Group.Fields() {
+		byName[f.Name()] = f
+	}
+	for _, n := range names {
+		g.fields = append(g.fields, byName[n])
+	}
+	return g
+}
+
+// parquetNode returns the parquet leaf of a column type: see doc.go for the
+// mapping.
+func parquetNode(c batch.Column) parquet.Node {
+	var n parquet.Node
+	switch t := c.Type; t.Kind {
+	case batch.KindString:
+		n = parquet.String()
+	case batch.KindInt64:
+		n = parquet.Leaf(parquet.Int64Type)
+	case batch.KindFloat64:
+		n = parquet.Leaf(parquet.DoubleType)
+	case batch.KindBool:
+		n = parquet.Leaf(parquet.BooleanType)
+	case batch.KindTimestamp:
+		n = parquet.TimestampAdjusted(parquet.Microsecond, true)
+	case batch.KindDate:
+		n = parquet.Date()
+	case batch.KindDecimal:
+		if t.Precision <= 18 {
+			n = parquet.Leaf(&decimalInt64{
+				Type: parquet.Int64Type,
+				dec:  format.DecimalType{Scale: int32(t.Scale), Precision: int32(t.Precision)},
+			})
+		} else {
+			n = parquet.Decimal(t.Scale, t.Precision, parquet.FixedLenByteArrayType(16))
+		}
+	case batch.KindBytes:
+		n = parquet.Leaf(parquet.ByteArrayType)
+	default:
+		panic(fmt.Sprintf("local: column %s has invalid type %v", c.Name, c.Type))
+	}
+	if c.Nullable {
+		n = parquet.Optional(n)
+	}
+	return n
+}
+
+// fileSchema returns the parquet schema of a table's files: its columns,
+// then _sluice_load_id.
+func fileSchema(s batch.Schema) *parquet.Schema {
+	names := make([]string, 0, len(s.Columns)+1)
+	nodes := make([]parquet.Node, 0, len(s.Columns)+1)
+	for _, c := range s.Columns {
+		names = append(names, c.Name)
+		nodes = append(nodes, parquetNode(c))
+	}
+	names = append(names, batch.LoadIDColumn)
+	nodes = append(nodes, parquet.String())
+	return parquet.NewSchema("sluice", newOrderedGroup(names, nodes))
+}
+
+// fileWriter writes one Parquet file column by column. It is not safe for
+// concurrent use.
+type fileWriter struct {
+	f       *os.File
+	w       *parquet.GenericWriter[any]
+	cols    []*parquet.ColumnWriter
+	schema  batch.Schema
+	loadID  string
+	rows    int64 // rows written
+	rgRows  int   // rows in the current row group
+	flushed int64 // file size estimate at the last row group's end
+	vals    []parquet.Value
+	fixed   []byte // scratch for 16-byte decimals
+}
+
+// createFile creates path and returns a writer of schema's files whose
+// _sluice_load_id column holds loadID.
+func createFile(path string, schema batch.Schema, loadID string, codec compress.Codec) (*fileWriter, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	opts := []parquet.WriterOption{
+		fileSchema(schema),
+		parquet.Compression(codec),
+		parquet.WriteBufferSize(1 << 20),
+		parquet.CreatedBy("sluice", "", ""),
+	}
+	// Min/max statistics of FIXED_LEN_BYTE_ARRAY decimals would compare the
+	// bytes unsigned, which orders negative values wrongly; leave them out
+	// rather than mislead a reader's pruning.
+	for _, c := range schema.Columns {
+		if c.Type.Kind == batch.KindDecimal && c.Type.Precision > 18 {
+			opts = append(opts, parquet.SkipPageBounds(c.Name), parquet.SkipPageStatistics(c.Name))
+		}
+	}
+	w := parquet.NewGenericWriter[any](f, opts...)
+	return &fileWriter{
+		f:      f,
+		w:      w,
+		cols:   w.ColumnWriters(),
+		schema: schema,
+		loadID: loadID,
+		vals:   make([]parquet.Value, valueChunk),
+	}, nil
+}
+
+// write appends the rows of b, whose schema must be the file's.
+func (fw *fileWriter) write(b *batch.Batch) error {
+	n := b.Len()
+	for off := 0; off < n; {
+		end := min(n, off+rowGroupRows-fw.rgRows)
+		for c, v := range b.Vectors {
+			if err := fw.writeColumn(c, fw.schema.Columns[c], v, off, end); err != nil {
+				return fmt.Errorf("column %s: %w", fw.schema.Columns[c].Name, err)
+			}
+		}
+		if err := fw.writeLoadIDs(end - off); err != nil {
+			return fmt.Errorf("column %s: %w", batch.LoadIDColumn, err)
+		}
+		fw.rows += int64(end - off)
+		fw.rgRows += end - off
+		off = end
+		if fw.rgRows >= rowGroupRows {
+			if err := fw.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// endWrite ends a Write call: the row group is flushed when it is large.
+func (fw *fileWriter) endWrite() error {
+	if fw.rgRows > 0 && fw.bufferedBytes() >= rowGroupBytes {
+		return fw.flush()
+	}
+	return nil
+}
+
+// bufferedBytes estimates the size of the current row group.
+func (fw *fileWriter) bufferedBytes() int64 { return fw.w.Size() - fw.flushed }
+
+func (fw *fileWriter) flush() error {
+	if fw.rgRows == 0 {
+		return nil
+	}
+	if err := fw.w.Flush(); err != nil {
+		return err
+	}
+	fw.rgRows = 0
+	fw.flushed = fw.w.Size()
+	return nil
+}
+
+// close ends the file and syncs it to disk; it returns the file's size.
+func (fw *fileWriter) close() (int64, error) {
+	err := fw.w.Close()
+	if err == nil {
+		err = fw.f.Sync()
+	}
+	var size int64
+	if err == nil {
+		var st os.FileInfo
+		if st, err = fw.f.Stat(); err == nil {
+			size = st.Size()
+		}
+	}
+	if cerr := fw.f.Close(); err == nil {
+		err = cerr
+	}
+	return size, err
+}
+
+// discard closes the file without finishing it.
+func (fw *fileWriter) discard() { fw.f.Close() }
+
+func strBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func (fw *fileWriter) writeLoadIDs(n int) error {
+	cw := fw.cols[len(fw.cols)-1]
+	id := parquet.ByteArrayValue(strBytes(fw.loadID))
+	for n > 0 {
+		k := min(n, len(fw.vals))
+		vs := fw.vals[:k]
+		for i := range vs {
+			vs[i] = id
+		}
+		if _, err := cw.WriteRowValues(vs); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// writeColumn converts rows [from, to) of v into parquet values, a chunk at a
+// time, and hands them to the column's writer.
+func (fw *fileWriter) writeColumn(ci int, col batch.Column, v *batch.Vector, from, to int) error {
+	cw := fw.cols[ci]
+	def := 0
+	if col.Nullable {
+		def = 1
+	}
+	for off := from; off < to; off += len(fw.vals) {
+		end := min(to, off+len(fw.vals))
+		vs := fw.vals[:end-off]
+		switch col.Type.Kind {
+		case batch.KindInt64, batch.KindTimestamp:
+			for i, x := range v.Ints[off:end] {
+				vs[i] = parquet.Int64Value(x)
+			}
+		case batch.KindDate:
+			for i, x := range v.Ints[off:end] {
+				if x < math.MinInt32 || x > math.MaxInt32 {
+					return fmt.Errorf("date %d days from 1970-01-01 is out of range", x)
+				}
+				vs[i] = parquet.Int32Value(int32(x))
+			}
+		case batch.KindFloat64:
+			for i, x := range v.Floats[off:end] {
+				vs[i] = parquet.DoubleValue(x)
+			}
+		case batch.KindBool:
+			for i, x := range v.Bools[off:end] {
+				vs[i] = parquet.BooleanValue(x)
+			}
+		case batch.KindString:
+			for i, x := range v.Strs[off:end] {
+				vs[i] = parquet.ByteArrayValue(strBytes(x))
+			}
+		case batch.KindBytes:
+			for i, x := range v.Bytes[off:end] {
+				if x == nil {
+					x = []byte{}
+				}
+				vs[i] = parquet.ByteArrayValue(x)
+			}
+		case batch.KindDecimal:
+			if col.Type.Precision <= 18 {
+				for i, x := range v.Decs[off:end] {
+					if !fitsInt64(x) {
+						return fmt.Errorf("decimal %s does not fit decimal(%d,%d)",
+							batch.FormatDecimal(x, col.Type.Scale), col.Type.Precision, col.Type.Scale)
+					}
+					vs[i] = parquet.Int64Value(int64(x.Lo))
+				}
+			} else {
+				if cap(fw.fixed) < 16*len(vs) {
+					fw.fixed = make([]byte, 16*len(fw.vals))
+				}
+				for i, x := range v.Decs[off:end] {
+					b := fw.fixed[16*i : 16*i+16]
+					binary.BigEndian.PutUint64(b[:8], uint64(x.Hi))
+					binary.BigEndian.PutUint64(b[8:], x.Lo)
+					vs[i] = parquet.FixedLenByteArrayValue(b)
+				}
+			}
+		}
+		if def > 0 {
+			nulls := v.Nulls
+			for i := range vs {
+				if nulls != nil && nulls[off+i] {
+					vs[i] = parquet.Value{}
+				} else {
+					vs[i] = vs[i].Level(0, 1, ci)
+				}
+			}
+		}
+		if _, err := cw.WriteRowValues(vs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fitsInt64(d batch.Dec128) bool {
+	return (d.Hi == 0 && d.Lo <= math.MaxInt64) || (d.Hi == -1 && d.Lo > math.MaxInt64)
+}
+
+// readFile appends the rows of a Parquet file to out, whose schema is a
+// table's columns then _sluice_load_id. Columns the file lacks are NULL
+// (columns added to the table after the file was written). When each is set,
+// it is called after every row group (it may empty out).
+func readFile(path string, out *batch.Batch, each func() error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return readOpenFile(f, out, each)
+}
+
+// readOpenFile is readFile of an open file.
+func readOpenFile(f *os.File, out *batch.Batch, each func() error) error {
+	path := f.Name()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipBloomFilters(true), parquet.SkipPageIndex(true),
+		parquet.ReadBufferSize(1<<20))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	leaf := make([]int, len(out.Schema.Columns)) // file column index, -1 when missing
+	for i, c := range out.Schema.Columns {
+		leaf[i] = -1
+		pc := pf.Root().Column(c.Name)
+		if pc == nil {
+			if !c.Nullable {
+				return fmt.Errorf("%s: no column %s", path, c.Name)
+			}
+			continue
+		}
+		if err := checkColumn(pc, c); err != nil {
+			return fmt.Errorf("%s: column %s: %w", path, c.Name, err)
+		}
+		leaf[i] = pc.Index()
+	}
+	vals := make([]parquet.Value, valueChunk)
+	for _, rg := range pf.RowGroups() {
+		n := rg.NumRows()
+		start := out.Len()
+		chunks := rg.ColumnChunks()
+		for i, c := range out.Schema.Columns {
+			v := out.Vectors[i]
+			if leaf[i] < 0 {
+				for range n {
+					v.AppendNull()
+				}
+				continue
+			}
+			if err := readChunk(chunks[leaf[i]], c, v, vals); err != nil {
+				return fmt.Errorf("%s: column %s: %w", path, c.Name, err)
+			}
+			if got := int64(v.Len() - start); got != n {
+				return fmt.Errorf("%s: column %s has %d values for %d rows", path, c.Name, got, n)
+			}
+		}
+		if each != nil {
+			if err := each(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkColumn verifies that a file's column stores the table column's type.
+func checkColumn(pc *parquet.Column, c batch.Column) error {
+	if !pc.Leaf() || pc.Repeated() {
+		return errors.New("not a flat column")
+	}
+	kind := pc.Type().Kind()
+	want := parquet.Int64
+	switch c.Type.Kind {
+	case batch.KindString, batch.KindBytes:
+		want = parquet.ByteArray
+	case batch.KindFloat64:
+		want = parquet.Double
+	case batch.KindBool:
+		want = parquet.Boolean
+	case batch.KindDate:
+		want = parquet.Int32
+	case batch.KindDecimal:
+		if c.Type.Precision > 18 {
+			want = parquet.FixedLenByteArray
+			if pc.Type().Length() != 16 {
+				return fmt.Errorf("decimal stored in %d bytes, want 16", pc.Type().Length())
+			}
+		}
+		var dec *format.DecimalType
+		if lt := pc.Type().LogicalType(); lt != nil {
+			dec, _ = lt.Value.(*format.DecimalType)
+		}
+		if dec == nil || int(dec.Scale) != c.Type.Scale {
+			return fmt.Errorf("stored as %v, want %v", pc.Type(), c.Type)
+		}
+	}
+	if kind != want {
+		return fmt.Errorf("stored as %v, want %v", kind, want)
+	}
+	return nil
+}
+
+func readChunk(cc parquet.ColumnChunk, c batch.Column, v *batch.Vector, vals []parquet.Value) error {
+	pages := cc.Pages()
+	defer pages.Close()
+	for {
+		p, err := pages.ReadPage()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		err = readPage(p, c, v, vals)
+		parquet.Release(p)
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func readPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Value) error {
+	r := p.Values()
+	for {
+		n, err := r.ReadValues(vals)
+		for _, x := range vals[:n] {
+			if x.IsNull() {
+				v.AppendNull()
+				continue
+			}
+			switch c.Type.Kind {
+			case batch.KindInt64, batch.KindTimestamp:
+				v.AppendInt(x.Int64())
+			case batch.KindDate:
+				v.AppendInt(int64(x.Int32()))
+			case batch.KindFloat64:
+				v.AppendFloat(x.Double())
+			case batch.KindBool:
+				v.AppendBool(x.Boolean())
+			case batch.KindString:
+				v.AppendString(string(x.ByteArray()))
+			case batch.KindBytes:
+				v.AppendBytes(append([]byte{}, x.ByteArray()...))
+			case batch.KindDecimal:
+				if c.Type.Precision <= 18 {
+					v.AppendDecimal(batch.Dec128FromInt64(x.Int64()))
+				} else {
+					b := x.ByteArray()
+					if len(b) != 16 {
+						return fmt.Errorf("decimal of %d bytes, want 16", len(b))
+					}
+					v.AppendDecimal(batch.Dec128{
+						Hi: int64(binary.BigEndian.Uint64(b[:8])),
+						Lo: binary.BigEndian.Uint64(b[8:]),
+					})
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// copyFile writes every row of the file at path to fw, a row group at a
+// time; rows keep their _sluice_load_id. It is how compaction merges files.
+func copyFile(fw *fileWriter, path string) (int64, error) {
+	s := batch.Schema{Columns: append(append([]batch.Column{}, fw.schema.Columns...),
+		batch.Column{Name: batch.LoadIDColumn, Type: batch.String})}
+	b := batch.New(s, 0)
+	var rows int64
+	err := readFile(path, b, func() error {
+		ids := b.Vectors[len(b.Vectors)-1].Strs
+		data := &batch.Batch{Schema: fw.schema, Vectors: b.Vectors[:len(b.Vectors)-1]}
+		// Rows of one load share a load id; write each run of equal ids.
+		n := len(ids)
+		for i := 0; i < n; {
+			j := i + 1
+			for j < n && ids[j] == ids[i] {
+				j++
+			}
+			fw.loadID = ids[i]
+			if err := fw.write(slice(data, i, j)); err != nil {
+				return err
+			}
+			i = j
+		}
+		rows += int64(n)
+		b.Truncate(0)
+		return fw.endWrite()
+	})
+	return rows, err
+}
+
+// slice returns rows [i, j) of b, sharing its memory.
+func slice(b *batch.Batch, i, j int) *batch.Batch {
+	if i == 0 && j == b.Len() {
+		return b
+	}
+	out := &batch.Batch{Schema: b.Schema, Vectors: make([]*batch.Vector, len(b.Vectors))}
+	for c, v := range b.Vectors {
+		w := &batch.Vector{Type: v.Type}
+		if v.Nulls != nil {
+			w.Nulls = v.Nulls[i:j]
+		}
+		switch v.Type.Kind {
+		case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
+			w.Ints = v.Ints[i:j]
+		case batch.KindFloat64:
+			w.Floats = v.Floats[i:j]
+		case batch.KindBool:
+			w.Bools = v.Bools[i:j]
+		case batch.KindString:
+			w.Strs = v.Strs[i:j]
+		case batch.KindBytes:
+			w.Bytes = v.Bytes[i:j]
+		case batch.KindDecimal:
+			w.Decs = v.Decs[i:j]
+		}
+		out.Vectors[c] = w
+	}
+	return out
+}

@@ -1,0 +1,337 @@
+package local
+
+import (
+	"context"
+	"encoding/binary"
+	"math/big"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+var allTypes = batch.Schema{Columns: []batch.Column{
+	{Name: "s", Type: batch.String},
+	{Name: "i", Type: batch.Int64},
+	{Name: "f", Type: batch.Float64},
+	{Name: "b", Type: batch.Bool},
+	{Name: "ts", Type: batch.Timestamp},
+	{Name: "d", Type: batch.Date},
+	{Name: "dec9", Type: batch.Decimal(9, 4)},
+	{Name: "dec12", Type: batch.Decimal(12, 2)},
+	{Name: "dec38", Type: batch.Decimal(38, 2)},
+	{Name: "by", Type: batch.Bytes},
+	{Name: "s_n", Type: batch.String, Nullable: true},
+	{Name: "ts_n", Type: batch.Timestamp, Nullable: true},
+}}
+
+// allTypesRow is how a plain Parquet reader (parquet-go's generic reader,
+// reflecting on this struct, not this package's reader) decodes the files.
+type allTypesRow struct {
+	S      string    `parquet:"s"`
+	I      int64     `parquet:"i"`
+	F      float64   `parquet:"f"`
+	B      bool      `parquet:"b"`
+	TS     time.Time `parquet:"ts"`
+	D      time.Time `parquet:"d"`
+	Dec9   int64     `parquet:"dec9"`
+	Dec12  int64     `parquet:"dec12"`
+	Dec38  [16]byte  `parquet:"dec38"`
+	By     []byte    `parquet:"by"`
+	SN     *string   `parquet:"s_n,optional"`
+	TSN    *int64    `parquet:"ts_n,optional"`
+	LoadID string    `parquet:"_sluice_load_id"`
+}
+
+// TestFileReadableByOtherReaders writes a file through a load and reads it
+// back with parquet-go's generic API: the footer must carry the logical
+// types other readers (DuckDB, pandas, ClickHouse) rely on, and the values
+// must decode through them.
+func TestFileReadableByOtherReaders(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, testOpts(dir))
+	if err := s.Ensure(ctx, []sinks.Table{{Name: "all", Schema: allTypes}}); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(1969, 7, 20, 20, 17, 40, 123456000, time.UTC)
+	neg := batch.Dec128FromBig(big.NewInt(-123456789))
+	b := batch.New(allTypes, 2)
+	for r := range 2 {
+		b.Vectors[0].AppendString("héllo")
+		b.Vectors[1].AppendInt(-7)
+		b.Vectors[2].AppendFloat(2.5)
+		b.Vectors[3].AppendBool(true)
+		b.Vectors[4].AppendInt(ts.UnixMicro())
+		b.Vectors[5].AppendInt(int64(batch.DateFromTime(ts)))
+		b.Vectors[6].AppendDecimal(batch.Dec128FromInt64(-99999))
+		b.Vectors[7].AppendDecimal(batch.Dec128FromInt64(12345))
+		b.Vectors[8].AppendDecimal(neg)
+		b.Vectors[9].AppendBytes([]byte{0, 1, 2})
+		if r == 0 {
+			b.Vectors[10].AppendNull()
+			b.Vectors[11].AppendNull()
+		} else {
+			b.Vectors[10].AppendString("x")
+			b.Vectors[11].AppendInt(5)
+		}
+	}
+	ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: "load-1", Pipeline: "p", Flow: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Write(ctx, "all", b); err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Commit(ctx, sinks.Commit{}); err != nil {
+		t.Fatal(err)
+	}
+	// Through the table's folder, as a reader sees it.
+	files, err := filepath.Glob(filepath.Join(dir, "all", "*.parquet"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("table folder holds %v (%v), want one Parquet file", files, err)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type want struct {
+		physical format.Type
+		logical  any // the expected LogicalType.Value, nil for none
+		length   int32
+		optional bool
+	}
+	wants := []struct {
+		name string
+		want want
+	}{
+		{"s", want{physical: format.ByteArray, logical: &format.StringType{}}},
+		{"i", want{physical: format.Int64, logical: &format.IntType{BitWidth: 64, IsSigned: true}}},
+		{"f", want{physical: format.Double}},
+		{"b", want{physical: format.Boolean}},
+		{"ts", want{physical: format.Int64, logical: &format.TimestampType{IsAdjustedToUTC: true, Unit: format.TimeUnit{Value: &format.MicroSeconds{}}}}},
+		{"d", want{physical: format.Int32, logical: &format.DateType{}}},
+		{"dec9", want{physical: format.Int64, logical: &format.DecimalType{Scale: 4, Precision: 9}}},
+		{"dec12", want{physical: format.Int64, logical: &format.DecimalType{Scale: 2, Precision: 12}}},
+		{"dec38", want{physical: format.FixedLenByteArray, length: 16, logical: &format.DecimalType{Scale: 2, Precision: 38}}},
+		{"by", want{physical: format.ByteArray}},
+		{"s_n", want{physical: format.ByteArray, logical: &format.StringType{}, optional: true}},
+		{"ts_n", want{physical: format.Int64, logical: &format.TimestampType{IsAdjustedToUTC: true, Unit: format.TimeUnit{Value: &format.MicroSeconds{}}}, optional: true}},
+		{"_sluice_load_id", want{physical: format.ByteArray, logical: &format.StringType{}}},
+	}
+	elems := pf.Metadata().Schema[1:] // the footer's schema elements after the root
+	if len(elems) != len(wants) {
+		t.Fatalf("%d columns in the footer, want %d", len(elems), len(wants))
+	}
+	for i, w := range wants {
+		t.Run(w.name, func(t *testing.T) {
+			e := elems[i]
+			if e.Name != w.name {
+				t.Fatalf("column %d is %s, want %s (table order, load id last)", i, e.Name, w.name)
+			}
+			if e.Type.V != w.want.physical {
+				t.Errorf("physical type %v, want %v", e.Type.V, w.want.physical)
+			}
+			if !reflect.DeepEqual(e.LogicalType.Value, w.want.logical) && !(w.want.logical == nil && e.LogicalType.Value == nil) {
+				t.Errorf("logical type %v, want %v", e.LogicalType.Value, w.want.logical)
+			}
+			if w.want.length > 0 && e.TypeLength.V != w.want.length {
+				t.Errorf("type length %d, want %d", e.TypeLength.V, w.want.length)
+			}
+			if got := e.RepetitionType.V == format.Optional; got != w.want.optional {
+				t.Errorf("optional %v, want %v", got, w.want.optional)
+			}
+			if dec, ok := w.want.logical.(*format.DecimalType); ok && (e.Scale.V != dec.Scale || e.Precision.V != dec.Precision) {
+				t.Errorf("legacy scale/precision %d/%d, want %d/%d", e.Scale.V, e.Precision.V, dec.Scale, dec.Precision)
+			}
+		})
+	}
+	for _, cc := range pf.Metadata().RowGroups[0].Columns {
+		if cc.MetaData.Codec != format.Snappy {
+			t.Errorf("column %v compressed with %v, want SNAPPY", cc.MetaData.PathInSchema, cc.MetaData.Codec)
+		}
+	}
+
+	rows := make([]allTypesRow, 3)
+	n, _ := parquet.NewGenericReader[allTypesRow](f).Read(rows)
+	if n != 2 {
+		t.Fatalf("generic reader read %d rows, want 2", n)
+	}
+	var dec38 [16]byte
+	binary.BigEndian.PutUint64(dec38[:8], uint64(neg.Hi))
+	binary.BigEndian.PutUint64(dec38[8:], neg.Lo)
+	x := "x"
+	five := int64(5)
+	for r, got := range rows[:2] {
+		want := allTypesRow{S: "héllo", I: -7, F: 2.5, B: true, TS: ts, D: time.Date(1969, 7, 20, 0, 0, 0, 0, time.UTC),
+			Dec9: -99999, Dec12: 12345, Dec38: dec38, By: []byte{0, 1, 2}, LoadID: "load-1"}
+		if r == 1 {
+			want.SN, want.TSN = &x, &five
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("row %d:\n got %+v\nwant %+v", r, got, want)
+		}
+	}
+}
+
+// TestFileStatistics checks the min/max statistics readers prune with: set
+// and right for ordered columns, absent for 16-byte decimals (whose bytes
+// would compare unsigned).
+func TestFileStatistics(t *testing.T) {
+	dir := t.TempDir()
+	schema := batch.Schema{Columns: []batch.Column{{Name: "i", Type: batch.Int64}, {Name: "dec38", Type: batch.Decimal(38, 0)}}}
+	fw, err := createFile(filepath.Join(dir, "f.parquet"), schema, "l", loadCodec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := batch.New(schema, 2)
+	for _, x := range []int64{-5, 7} {
+		b.Vectors[0].AppendInt(x)
+		b.Vectors[1].AppendDecimal(batch.Dec128FromInt64(x))
+	}
+	if err := fw.write(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fw.close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "f.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := pf.Metadata().RowGroups[0].Columns
+	stats := cols[0].MetaData.Statistics
+	if lo, hi := int64(binary.LittleEndian.Uint64(stats.MinValue)), int64(binary.LittleEndian.Uint64(stats.MaxValue)); lo != -5 || hi != 7 {
+		t.Errorf("int64 statistics %d..%d, want -5..7", lo, hi)
+	}
+	if st := cols[1].MetaData.Statistics; len(st.MinValue) != 0 || len(st.MaxValue) != 0 || len(st.Min) != 0 || len(st.Max) != 0 {
+		t.Errorf("16-byte decimal has statistics %x..%x", st.MinValue, st.MaxValue)
+	}
+	for i, ci := range pf.ColumnIndexes() {
+		if i == 1 && len(ci.MinValues) > 0 && len(ci.MinValues[0]) > 0 {
+			t.Errorf("16-byte decimal has a column index with bounds %x", ci.MinValues)
+		}
+	}
+}
+
+// TestWriteRejectsValuesThatDoNotFit checks that a value the file cannot
+// store fails the Write before anything is written.
+func TestWriteRejectsValuesThatDoNotFit(t *testing.T) {
+	tests := []struct {
+		name string
+		col  batch.Column
+		add  func(v *batch.Vector)
+	}{
+		{"date beyond int32 days", batch.Column{Name: "d", Type: batch.Date}, func(v *batch.Vector) { v.AppendInt(1 << 40) }},
+		{"decimal beyond 18 digits", batch.Column{Name: "x", Type: batch.Decimal(18, 0)},
+			func(v *batch.Vector) { v.AppendDecimal(batch.Dec128{Hi: 1}) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := openTest(t, testOpts(t.TempDir()))
+			schema := batch.Schema{Columns: []batch.Column{tc.col}}
+			if err := s.Ensure(ctx, []sinks.Table{{Name: "t", Schema: schema}}); err != nil {
+				t.Fatal(err)
+			}
+			ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: "l", Pipeline: "p", Flow: "f"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := batch.New(schema, 1)
+			tc.add(b.Vectors[0])
+			if err := ld.Write(ctx, "t", b); err == nil {
+				t.Fatal("Write accepted a value that does not fit")
+			}
+			// The load is still usable: nothing was written.
+			good := batch.New(schema, 1)
+			if tc.col.Type.Kind == batch.KindDate {
+				good.Vectors[0].AppendInt(1)
+			} else {
+				good.Vectors[0].AppendDecimal(batch.Dec128FromInt64(1))
+			}
+			if err := ld.Write(ctx, "t", good); err != nil {
+				t.Fatal(err)
+			}
+			if err := ld.Commit(ctx, sinks.Commit{}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.Scan(ctx, "t"); err != nil || got.Len() != 1 {
+				t.Fatalf("scan: %v rows, %v; want 1", got.Len(), err)
+			}
+		})
+	}
+}
+
+// TestRowGroups writes across row group boundaries, in one Write and over
+// several, and reads every value back in order.
+func TestRowGroups(t *testing.T) {
+	defer func(n int) { rowGroupRows = n }(rowGroupRows)
+	rowGroupRows = 1000
+	schema := batch.Schema{Columns: []batch.Column{{Name: "i", Type: batch.Int64}, {Name: "s", Type: batch.String, Nullable: true}}}
+	mk := func(from, to int) *batch.Batch {
+		b := batch.New(schema, to-from)
+		for i := from; i < to; i++ {
+			b.Vectors[0].AppendInt(int64(i))
+			if i%7 == 0 {
+				b.Vectors[1].AppendNull()
+			} else {
+				b.Vectors[1].AppendString("v" + string(rune('a'+i%26)))
+			}
+		}
+		return b
+	}
+	path := filepath.Join(t.TempDir(), "f.parquet")
+	fw, err := createFile(path, schema, "l", loadCodec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int{{0, 2500}, {2500, 2600}, {2600, 3000}, {3000, 3001}} {
+		if err := fw.write(mk(r[0], r[1])); err != nil {
+			t.Fatal(err)
+		}
+		if err := fw.endWrite(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fw.close(); err != nil {
+		t.Fatal(err)
+	}
+	out := batch.New(batch.Schema{Columns: append(schema.Columns, batch.Column{Name: batch.LoadIDColumn, Type: batch.String})}, 0)
+	groups := 0
+	if err := readFile(path, out, func() error { groups++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if groups != 4 {
+		t.Errorf("%d row groups, want 4 (1000, 1000, 1000, 1)", groups)
+	}
+	want := mk(0, 3001)
+	if out.Len() != want.Len() {
+		t.Fatalf("%d rows, want %d", out.Len(), want.Len())
+	}
+	for i := range want.Len() {
+		if out.Vectors[0].Ints[i] != int64(i) || out.Vectors[1].Value(i) != want.Vectors[1].Value(i) {
+			t.Fatalf("row %d: %v, want %v", i, out.Row(i), want.Row(i))
+		}
+	}
+}

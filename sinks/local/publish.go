@@ -1,0 +1,300 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// manifest describes one version of a table: _sluice/tables/<t>/v<N>.json
+// beside the folder v<N>/ that holds its files.
+type manifest struct {
+	Version int64 `json:"version"`
+	// Through is a ledger seq: the version holds every committed load with a
+	// seq up to Through that wrote the table, and no other. Loads are
+	// published in seq order under the destination lock, so this one number
+	// says which loads are in, however compaction merged their files.
+	Through int64       `json:"through"`
+	Created time.Time   `json:"created"`
+	Files   []fileEntry `json:"files"`
+}
+
+type fileEntry struct {
+	Name  string `json:"name"`
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+	// Loads is the seq range of the loads whose rows the file holds.
+	FirstSeq int64 `json:"first_seq"`
+	LastSeq  int64 `json:"last_seq"`
+}
+
+// errNoTable is returned by current for a table without a folder.
+var errNoTable = errors.New("table has no folder")
+
+// current reads the manifest of the version a table's symlink points to:
+// errNoTable when there is no symlink, fs.ErrNotExist when the version was
+// removed after the symlink was read (a reader lost a race with a swap and
+// KeepVersions).
+func (s *Sink) current(table string) (manifest, error) {
+	target, err := os.Readlink(s.lay.link(table))
+	if errors.Is(err, fs.ErrNotExist) {
+		return manifest{}, errNoTable
+	}
+	if err != nil {
+		return manifest{}, err
+	}
+	v, ok := parseLinkTarget(table, target)
+	if !ok {
+		return manifest{}, fmt.Errorf("%s points to %s, not to a version of the table", s.lay.link(table), target)
+	}
+	return s.readManifest(table, v)
+}
+
+func (s *Sink) readManifest(table string, v int64) (manifest, error) {
+	data, err := os.ReadFile(s.lay.manifestFile(table, v))
+	if err != nil {
+		return manifest{}, err
+	}
+	var m manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return manifest{}, fmt.Errorf("%s: %w", s.lay.manifestFile(table, v), err)
+	}
+	if m.Version != v {
+		return manifest{}, fmt.Errorf("%s: holds version %d", s.lay.manifestFile(table, v), m.Version)
+	}
+	return m, nil
+}
+
+// writeVersion builds version m.Version of a table: its folder of hard links
+// (to the files of version prev for entries in m.Files that srcs does not
+// name, else to srcs[name]), synced, then its manifest, synced. It is
+// invisible until swap points the table at it. Runs under the lock.
+func (s *Sink) writeVersion(table string, m manifest, srcs map[string]string) error {
+	dir := s.lay.versionDir(table, m.Version)
+	// Leftovers of a writer that died before its swap.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	prev := s.lay.versionDir(table, m.Version-1)
+	subdirs := map[string]bool{} // partition folders, synced deepest first
+	for _, f := range m.Files {
+		src, ok := srcs[f.Name]
+		if !ok {
+			src = filepath.Join(prev, f.Name)
+		}
+		dst := filepath.Join(dir, f.Name)
+		if sub := path.Dir(f.Name); sub != "." && !subdirs[sub] {
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			for ; sub != "." && !subdirs[sub]; sub = path.Dir(sub) {
+				subdirs[sub] = true
+			}
+		}
+		if err := os.Link(src, dst); err != nil {
+			return err
+		}
+	}
+	order := make([]string, 0, len(subdirs))
+	for sub := range subdirs {
+		order = append(order, sub)
+	}
+	slices.SortFunc(order, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, sub := range append(order, ".") {
+		if err := syncDir(filepath.Join(dir, sub)); err != nil {
+			return err
+		}
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(s.lay.manifestFile(table, m.Version), append(data, '\n')); err != nil {
+		return err
+	}
+	return syncDir(s.lay.tableDir(table))
+}
+
+// swap points a table's symlink at version v: a new symlink renamed over the
+// old one (atomic for readers), then the destination folder synced.
+func (s *Sink) swap(table string, v int64) error {
+	tmp := filepath.Join(s.lay.tmp(), "link-"+table+"-"+randomSuffix())
+	if err := os.Symlink(s.lay.linkTarget(table, v), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, s.lay.link(table)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(s.lay.root)
+}
+
+// nextVersion publishes a new version of a table from cur: cur's files minus
+// drop, plus add (whose sources are in srcs), with the given through.
+func (s *Sink) nextVersion(table string, cur manifest, drop map[string]bool, add []fileEntry,
+	srcs map[string]string, through int64, crashPoint string) error {
+	m := manifest{Version: cur.Version + 1, Through: through, Created: time.Now().UTC()}
+	for _, f := range cur.Files {
+		if !drop[f.Name] {
+			m.Files = append(m.Files, f)
+		}
+	}
+	m.Files = append(m.Files, add...)
+	if err := s.writeVersion(table, m, srcs); err != nil {
+		return err
+	}
+	if err := s.crashAt(crashPoint); err != nil {
+		return err
+	}
+	if err := s.swap(table, m.Version); err != nil {
+		return err
+	}
+	if err := s.crashAt(crashPoint + "+swapped"); err != nil {
+		return err
+	}
+	if err := s.gcVersions(table, m.Version); err != nil {
+		s.log.Warn("old versions not removed", "table", table, "err", err)
+	}
+	return nil
+}
+
+// publishPending publishes every committed load not yet in its tables, in
+// commit order, one new version per table for all of them, then removes
+// their staging folders. Runs under the lock after a ledger refresh.
+func (s *Sink) publishPending(ctx context.Context) error {
+	s.led.mu.Lock()
+	pending := slices.Clone(s.led.since(s.pubd))
+	s.led.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	byTable := map[string][]*entry{}
+	for i := range pending {
+		for _, f := range pending[i].Files {
+			if l := byTable[f.Table]; len(l) == 0 || l[len(l)-1] != &pending[i] {
+				byTable[f.Table] = append(l, &pending[i])
+			}
+		}
+	}
+	tables := make([]string, 0, len(byTable))
+	for t := range byTable {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	for _, t := range tables {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.publishTable(t, byTable[t]); err != nil {
+			return fmt.Errorf("publish %s: %w", t, err)
+		}
+	}
+	// Remove the staging folders that remain (Recover goes over the whole
+	// ledger: look the folders up once rather than each load's).
+	staged, err := os.ReadDir(s.lay.staging())
+	if err != nil {
+		return err
+	}
+	present := make(map[string]bool, len(staged))
+	for _, e := range staged {
+		present[e.Name()] = true
+	}
+	for i := range pending {
+		if !present[fsName(pending[i].LoadID)] {
+			continue
+		}
+		dir := s.lay.stagingDir(pending[i].LoadID)
+		if err := os.RemoveAll(dir); err != nil {
+			s.log.Warn("staging folder not removed", "dir", dir, "err", err)
+		}
+	}
+	s.pubd = pending[len(pending)-1].Seq
+	return nil
+}
+
+func (s *Sink) publishTable(table string, loads []*entry) error {
+	cur, err := s.current(table)
+	if err != nil {
+		return err
+	}
+	var add []fileEntry
+	srcs := map[string]string{}
+	through := cur.Through
+	for _, e := range loads {
+		if e.Seq <= cur.Through {
+			continue // published before a crash, or by another process
+		}
+		for _, f := range e.Files {
+			if f.Table != table {
+				continue
+			}
+			name := path.Join(f.Dir, fmt.Sprintf("part-%012d-%d.parquet", e.Seq, f.N))
+			src := s.lay.stagedFile(e.LoadID, table, f.N)
+			if _, err := os.Stat(src); err != nil {
+				return fmt.Errorf("committed load %s (seq %d): its staged file is gone: %w", e.LoadID, e.Seq, err)
+			}
+			add = append(add, fileEntry{Name: name, Rows: f.Rows, Bytes: f.Bytes, FirstSeq: e.Seq, LastSeq: e.Seq})
+			srcs[name] = src
+		}
+		through = e.Seq
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if err := s.nextVersion(table, cur, nil, add, srcs, through, "publish"); err != nil {
+		return err
+	}
+	s.log.Debug("published", "table", table, "loads", len(add), "through", through)
+	return nil
+}
+
+// gcVersions removes a table's version folders other than cur: at once
+// those after it (a writer died before its swap), and those before it once
+// superseded for KeepVersions. Runs under the lock.
+func (s *Sink) gcVersions(table string, cur int64) error {
+	ents, err := os.ReadDir(s.lay.tableDir(table))
+	if err != nil {
+		return err
+	}
+	var versions []int64
+	for _, e := range ents {
+		if v, ok := parseVersionName(strings.TrimSuffix(e.Name(), ".json")); ok {
+			versions = append(versions, v)
+		}
+	}
+	slices.Sort(versions)
+	versions = slices.Compact(versions)
+	now := time.Now()
+	var errs []error
+	for i, v := range versions {
+		if v == cur {
+			continue
+		}
+		if v < cur && s.opts.KeepVersions > 0 {
+			// v was superseded when its successor's manifest was written.
+			st, err := os.Stat(s.lay.manifestFile(table, versions[i+1]))
+			if err == nil && now.Sub(st.ModTime()) < s.opts.KeepVersions {
+				continue
+			}
+		}
+		if err := os.RemoveAll(s.lay.versionDir(table, v)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.Remove(s.lay.manifestFile(table, v)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

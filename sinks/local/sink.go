@@ -1,0 +1,343 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// Defaults of Options.
+const (
+	DefaultCompactMinFiles   = 16
+	DefaultCompactSmallBytes = 64 << 20
+	DefaultCompactInterval   = time.Minute
+	DefaultKeepVersions      = time.Minute
+)
+
+// Options configure a local destination.
+type Options struct {
+	// Path is the destination folder, created when missing.
+	Path string
+	// Pipeline, when set, limits what Recover and Ledger return to the loads
+	// of this pipeline (a destination may be shared), and names the pipeline
+	// of loads whose LoadMeta leaves it empty.
+	Pipeline string
+	// Logger receives recovery, schema changes and compaction at Info and
+	// background failures at Warn. Nil discards.
+	Logger *slog.Logger
+	// CompactMinFiles: a table is compacted when it has at least this many
+	// files smaller than CompactSmallBytes. Default 16.
+	CompactMinFiles int
+	// CompactSmallBytes: files smaller than this are merged. Default 64 MiB.
+	// One compaction merges the smallest such files up to four times this
+	// size in all.
+	CompactSmallBytes int64
+	// CompactInterval is how often the background compaction checks every
+	// table. 0 means the default, one minute; negative disables background
+	// compaction (Compact still works).
+	CompactInterval time.Duration
+	// KeepVersions is how long a superseded version folder stays on disk, so
+	// that a reader that resolved the table's symlink just before a switch can
+	// still open its files. Default one minute; negative removes superseded
+	// versions at once.
+	KeepVersions time.Duration
+}
+
+// Sink is a local destination: Parquet tables in a folder. It implements
+// sinks.Sink; several Sinks, in one or several processes, may share a folder.
+type Sink struct {
+	opts Options
+	log  *slog.Logger
+	lay  layout
+
+	sem  chan struct{} // the in-process half of the destination lock
+	fl   *flock.Flock  // the cross-process half
+	led  *ledger
+	pubd int64 // every load up to this ledger seq is published; under the lock
+
+	schemaMu sync.Mutex
+	schemas  map[string]tableDef
+
+	loadsMu sync.Mutex
+	loads   map[*load]struct{} // loads begun and not finished
+
+	closed  atomic.Bool // refuse new work
+	closing atomic.Bool // Close ran
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+
+	// crash, when set (by tests), is asked at each step of the commit
+	// protocol whether the process dies there; see crashAt.
+	crash func(point string) bool
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+
+// Open opens (creating when missing) the destination at opts.Path and starts
+// background compaction. It reads the ledger but recovers nothing: call
+// Recover before relying on the tables (a commit also publishes any committed
+// load that a crashed writer left unpublished).
+func Open(ctx context.Context, opts Options) (*Sink, error) {
+	if opts.Path == "" {
+		return nil, errors.New("local: no path")
+	}
+	if opts.CompactMinFiles <= 0 {
+		opts.CompactMinFiles = DefaultCompactMinFiles
+	}
+	if opts.CompactMinFiles < 2 {
+		opts.CompactMinFiles = 2
+	}
+	if opts.CompactSmallBytes <= 0 {
+		opts.CompactSmallBytes = DefaultCompactSmallBytes
+	}
+	if opts.CompactInterval == 0 {
+		opts.CompactInterval = DefaultCompactInterval
+	}
+	if opts.KeepVersions == 0 {
+		opts.KeepVersions = DefaultKeepVersions
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Sink{
+		opts:    opts,
+		log:     log.With("sink", "local", "path", opts.Path),
+		lay:     layout{root: opts.Path},
+		sem:     make(chan struct{}, 1),
+		schemas: map[string]tableDef{},
+		loads:   map[*load]struct{}{},
+	}
+	for _, dir := range []string{s.lay.root, s.lay.state(), s.lay.tmp(), s.lay.staging(), s.lay.tables()} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("local: open: %w", err)
+		}
+	}
+	if err := syncDir(s.lay.root); err != nil {
+		return nil, fmt.Errorf("local: open: %w", err)
+	}
+	s.fl = flock.New(s.lay.lockFile())
+	led, err := openLedger(s.lay.ledger())
+	if err == nil {
+		err = syncDir(s.lay.state())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local: open: %w", err)
+	}
+	led.mu.Lock()
+	err = led.refresh(false)
+	led.mu.Unlock()
+	if err != nil {
+		led.close()
+		return nil, fmt.Errorf("local: open: %w", err)
+	}
+	s.led = led
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = stop
+	if opts.CompactInterval > 0 {
+		s.wg.Add(1)
+		go s.compactLoop(bg)
+	}
+	return s, nil
+}
+
+// Close stops background compaction and aborts the loads that were begun
+// and neither committed nor aborted; it must not run while a load is in use.
+func (s *Sink) Close() error {
+	if !s.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.closed.Store(true)
+	s.stop()
+	s.wg.Wait()
+	s.loadsMu.Lock()
+	open := make([]*load, 0, len(s.loads))
+	for l := range s.loads {
+		open = append(open, l)
+	}
+	s.loadsMu.Unlock()
+	for _, l := range open {
+		l.discard()
+	}
+	return s.led.close()
+}
+
+var errClosed = errors.New("local: sink is closed")
+
+// errCrash is what a simulated crash returns (tests only).
+var errCrash = errors.New("local: simulated crash")
+
+// crashAt asks the test hook whether the process dies at point; if so the
+// Sink is killed as the kernel would: its locks are released and nothing is
+// cleaned up.
+func (s *Sink) crashAt(point string) error {
+	if s.crash == nil || !s.crash(point) {
+		return nil
+	}
+	s.kill()
+	return errCrash
+}
+
+func (s *Sink) kill() {
+	s.closed.Store(true)
+	s.stop()
+	s.loadsMu.Lock()
+	for l := range s.loads {
+		l.release()
+	}
+	s.loads = map[*load]struct{}{}
+	s.loadsMu.Unlock()
+}
+
+// lock takes the destination lock: a mutex within the process and an
+// exclusive flock on _sluice/lock across processes. Ledger appends,
+// publishing, compaction swaps, schema changes and recovery hold it.
+func (s *Sink) lock(ctx context.Context) (unlock func(), err error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("lock: %w", ctx.Err())
+	}
+	ok, err := s.fl.TryLock()
+	if err == nil && !ok {
+		ok, err = s.fl.TryLockContext(ctx, 2*time.Millisecond)
+	}
+	if err != nil || !ok {
+		<-s.sem
+		if err == nil {
+			err = errors.New("not acquired")
+		}
+		return nil, fmt.Errorf("lock %s: %w", s.lay.lockFile(), err)
+	}
+	return func() {
+		if err := s.fl.Unlock(); err != nil {
+			s.log.Warn("unlock failed", "err", err)
+		}
+		<-s.sem
+	}, nil
+}
+
+// Retryable reports whether an operation that failed with err may succeed
+// when tried again: filesystem errors (a full disk, an I/O error, a lock not
+// obtained) are; a stale load, a schema mismatch or a closed sink are not.
+func (s *Sink) Retryable(err error) bool {
+	if err == nil || errors.Is(err, sinks.ErrStale) || errors.Is(err, errClosed) ||
+		errors.Is(err, errCrash) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *fs.PathError
+	var le *os.LinkError
+	var se *os.SyscallError
+	var errno syscall.Errno
+	return errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &errno)
+}
+
+// Ledger returns the committed loads in commit order (of Options.Pipeline
+// when set), without recovering anything.
+func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	s.led.mu.Lock()
+	defer s.led.mu.Unlock()
+	if err := s.led.refresh(false); err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	return s.led.records(s.opts.Pipeline), nil
+}
+
+// Scan returns the logical content of a table as of its current version:
+// its columns (NULL in rows loaded before a column was added), then
+// _sluice_load_id. For _sluice_loads it returns the ledger with
+// batch.LoadsSchema.
+func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	if table == batch.LoadsTable {
+		s.led.mu.Lock()
+		defer s.led.mu.Unlock()
+		if err := s.led.refresh(false); err != nil {
+			return nil, fmt.Errorf("local: scan %s: %w", table, err)
+		}
+		return s.led.loadsBatch(), nil
+	}
+	if !tableName.MatchString(table) {
+		return nil, fmt.Errorf("local: scan %q: %w", table, sinks.ErrUnknownTable)
+	}
+	def, err := s.readTable(table)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("local: scan %s: %w", table, sinks.ErrUnknownTable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local: scan %s: %w", table, err)
+	}
+	cols := append(append([]batch.Column{}, def.Schema.Columns...), batch.Column{Name: batch.LoadIDColumn, Type: batch.String})
+	out := batch.Schema{Columns: cols}
+	// A version folder may be removed under a slow reader once superseded
+	// for KeepVersions; start again from the new version then.
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		m, err := s.current(table)
+		if errors.Is(err, errNoTable) {
+			return nil, fmt.Errorf("local: scan %s: %w", table, sinks.ErrUnknownTable)
+		}
+		var b *batch.Batch
+		if err == nil {
+			b, err = s.scanVersion(table, m, out)
+		}
+		if err == nil {
+			return b, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || attempt >= 10 {
+			return nil, fmt.Errorf("local: scan %s: %w", table, err)
+		}
+	}
+}
+
+// scanVersion reads the files of one version. It opens them all first: once
+// open, a file stays readable even if its version folder is removed.
+func (s *Sink) scanVersion(table string, m manifest, schema batch.Schema) (*batch.Batch, error) {
+	dir := s.lay.versionDir(table, m.Version)
+	files := make([]*os.File, 0, len(m.Files))
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	var rows int64
+	for _, fe := range m.Files {
+		f, err := os.Open(filepath.Join(dir, fe.Name))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+		rows += fe.Rows
+	}
+	b := batch.New(schema, int(rows))
+	for _, f := range files {
+		if err := readOpenFile(f, b, nil); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}

@@ -1,0 +1,33 @@
+package local
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/sinktest"
+)
+
+func conformanceFactory(t *testing.T) func() sinks.Sink {
+	dir := t.TempDir()
+	return func() sinks.Sink {
+		s, err := Open(context.Background(), Options{Path: dir, Pipeline: sinktest.Pipeline, CompactInterval: -1})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	}
+}
+
+func TestConformance(t *testing.T) {
+	sinktest.Run(t, conformanceFactory)
+}
+
+// TestConformanceWithLimits runs the suite's variant for destinations that
+// store less (whole seconds, 1970 to 2106), as the ClickHouse sink will.
+func TestConformanceWithLimits(t *testing.T) {
+	sinktest.Run(t, conformanceFactory,
+		sinktest.TimestampPrecision(time.Second),
+		sinktest.TimeRange(time.Unix(0, 0).UTC(), time.Date(2105, 12, 31, 0, 0, 0, 0, time.UTC)))
+}

@@ -1,0 +1,99 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// Errors a sink returns; match them with errors.Is.
+var (
+	// ErrStale refuses a commit whose load does not continue from the
+	// positions in the ledger: another writer committed those partitions
+	// since this load started, so publishing it would duplicate rows.
+	ErrStale = errors.New("stale load: the ledger moved past its starting positions")
+	// ErrUnknownTable is returned by Scan for a table that does not exist.
+	ErrUnknownTable = errors.New("unknown table")
+)
+
+// Table describes a target table as the spec resolves it.
+type Table struct {
+	Name        string
+	Schema      batch.Schema // declared columns, without _sluice_ metadata columns
+	OrderBy     []string     // may be empty
+	PartitionBy []string     // may be empty
+}
+
+// LoadMeta identifies a load and its writer.
+type LoadMeta struct {
+	LoadID     string // unique; sinks put it in every row as _sluice_load_id
+	Pipeline   string
+	Flow       string
+	Targets    []string
+	Generation int64 // consumer group generation of the writer, 0 when none
+}
+
+// Commit is what a load's ledger row records besides its meta.
+type Commit struct {
+	// From are the positions the load continues from (the ledger positions
+	// its reads started at). A Kafka position with Offset < 0 means the
+	// partition had no ledger position when the load started.
+	From batch.Positions
+	// To are the positions the load reached: the next offset to read.
+	To          batch.Positions
+	Rows        int64 // target rows written
+	DeadLetters int64
+}
+
+// Sink is a destination.
+type Sink interface {
+	// Ensure creates the tables and sluice's own tables when missing, and
+	// checks that existing ones have the declared columns.
+	Ensure(ctx context.Context, tables []Table) error
+	// Recover rolls committed loads forward, removes uncommitted ones, and
+	// returns the ledger of committed loads in commit order.
+	Recover(ctx context.Context) (*batch.Ledger, error)
+	// Ledger reads the committed loads in commit order without recovering
+	// anything: safe while other processes write the same destination.
+	Ledger(ctx context.Context) (*batch.Ledger, error)
+	// Begin starts a load.
+	Begin(ctx context.Context, meta LoadMeta) (Load, error)
+	// Scan returns the logical content of a table: its declared columns,
+	// then its _sluice_ metadata columns (for _sluice_loads, batch.LoadsSchema).
+	// Rows come in no particular order. ErrUnknownTable when missing.
+	Scan(ctx context.Context, table string) (*batch.Batch, error)
+	// Beat writes or renews a heartbeat.
+	Beat(ctx context.Context, hb Heartbeat) error
+	// Heartbeats returns the pipeline's heartbeats that have not expired.
+	Heartbeats(ctx context.Context, pipeline string, now time.Time) ([]Heartbeat, error)
+	// EndBeat removes a heartbeat (a clean exit).
+	EndBeat(ctx context.Context, pipeline, id string) error
+	Close() error
+}
+
+// Load is one atomic unit of writing, possibly over several tables.
+type Load interface {
+	// Write stages rows for a table (a target or _sluice_dead_letters). The
+	// batch's schema must be the table's declared schema; the sink adds
+	// _sluice_load_id. Write may be called several times per table.
+	Write(ctx context.Context, table string, b *batch.Batch) error
+	// Commit writes the load's ledger row (the commit point), then publishes
+	// it. ErrStale when the ledger no longer matches c.From; the load is then
+	// discarded. After a crash between commit and publish, Recover publishes.
+	Commit(ctx context.Context, c Commit) error
+	// Abort discards a load that was not committed.
+	Abort(ctx context.Context) error
+}
+
+// Heartbeat marks a live sluice process of a pipeline.
+type Heartbeat struct {
+	Pipeline string
+	ID       string // unique per process
+	Kind     string // "run" or "update"
+	Host     string
+	PID      int
+	BeatAt   time.Time
+	Expires  time.Time
+}
