@@ -1,0 +1,349 @@
+package cdc
+
+import (
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/parser"
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// Op is what an event does.
+type Op uint8
+
+// The operations of an event.
+const (
+	OpUpsert Op = iota
+	OpDelete
+	OpTruncate // SCD type 1 only: a table-wide barrier at the event's sequence
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpUpsert:
+		return "upsert"
+	case OpDelete:
+		return "delete"
+	case OpTruncate:
+		return "truncate"
+	}
+	return "op(" + strconv.Itoa(int(o)) + ")"
+}
+
+// RecordMeta is what an expression may read of a Kafka record beyond its
+// position.
+type RecordMeta struct {
+	Timestamp time.Time // _kafka_timestamp; zero reads as null
+	Key       []byte    // _kafka_key; nil reads as null
+}
+
+// FieldFilePath is the metadata field naming a file source's file.
+const FieldFilePath = "_file_path"
+
+// expression is apply_as_deletes or apply_as_truncates, compiled once
+// against the environment flows/spec checks it with (spec.ExprEnv), and
+// evaluated per record over one reused environment: only the identifiers
+// it names are set per record. The common forms col == "literal",
+// col != "literal" and col in ["a", "b"] over a string column are evaluated
+// on the whole column instead.
+//
+// Nulls: a null value is nil. An evaluation that fails while a value it
+// reads is null counts as null (so op == "D" with a null op is null, an
+// upsert, as SQL would have it); null and false mean "no".
+type expression struct {
+	src     string
+	prog    *vm.Program
+	machine vm.VM
+	env     map[string]any
+	refs    []exprRef
+	fast    *fastForm
+}
+
+type exprRef struct {
+	name string
+	col  int // source column, or -1 for a metadata field
+}
+
+type fastForm struct {
+	col  int
+	op   string // "==", "!=" or "in"
+	lits []string
+}
+
+// exprType is the Go type a value of column type t has in an expression
+// (as spec.ExprType).
+func exprType(t batch.Type) reflect.Type {
+	switch t.Kind {
+	case batch.KindString:
+		return reflect.TypeFor[string]()
+	case batch.KindInt64:
+		return reflect.TypeFor[int64]()
+	case batch.KindFloat64, batch.KindDecimal:
+		return reflect.TypeFor[float64]()
+	case batch.KindBool:
+		return reflect.TypeFor[bool]()
+	case batch.KindTimestamp, batch.KindDate:
+		return reflect.TypeFor[time.Time]()
+	}
+	return reflect.TypeFor[[]byte]()
+}
+
+func compileExpression(src string, source batch.Schema, kafka bool) (*expression, error) {
+	env := make(map[string]any, len(source.Columns)+len(batch.KafkaFields))
+	if kafka {
+		for name, t := range batch.KafkaFields {
+			env[name] = reflect.Zero(exprType(t)).Interface()
+		}
+	} else {
+		env[FieldFilePath] = ""
+	}
+	for _, col := range source.Columns {
+		env[col.Name] = reflect.Zero(exprType(col.Type)).Interface()
+	}
+	prog, err := expr.Compile(src, expr.Env(env), expr.AsBool())
+	if err != nil {
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		return nil, fmt.Errorf("expression %q: %s", src, msg)
+	}
+	tree, err := parser.Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("expression %q: %w", src, err)
+	}
+	x := &expression{src: src, prog: prog, env: env}
+	seen := map[string]bool{}
+	ast.Find(tree.Node, func(n ast.Node) bool {
+		id, ok := n.(*ast.IdentifierNode)
+		if !ok || seen[id.Value] {
+			return false
+		}
+		if _, known := env[id.Value]; known {
+			seen[id.Value] = true
+			x.refs = append(x.refs, exprRef{name: id.Value, col: source.Index(id.Value)})
+		}
+		return false
+	})
+	x.fast = fastFormOf(tree.Node, source)
+	return x, nil
+}
+
+// fastFormOf recognizes col == "lit", "lit" == col, col != "lit" and
+// col in ["a", ...] over a string column.
+func fastFormOf(n ast.Node, source batch.Schema) *fastForm {
+	b, ok := n.(*ast.BinaryNode)
+	if !ok {
+		return nil
+	}
+	strCol := func(n ast.Node) int {
+		id, ok := n.(*ast.IdentifierNode)
+		if !ok {
+			return -1
+		}
+		i := source.Index(id.Value)
+		if i < 0 || source.Columns[i].Type.Kind != batch.KindString {
+			return -1
+		}
+		return i
+	}
+	switch b.Operator {
+	case "==", "!=":
+		l, r := b.Left, b.Right
+		if _, ok := l.(*ast.StringNode); ok {
+			l, r = r, l
+		}
+		col := strCol(l)
+		lit, ok := r.(*ast.StringNode)
+		if col < 0 || !ok {
+			return nil
+		}
+		return &fastForm{col: col, op: b.Operator, lits: []string{lit.Value}}
+	case "in":
+		col := strCol(b.Left)
+		arr, ok := b.Right.(*ast.ArrayNode)
+		if col < 0 || !ok {
+			return nil
+		}
+		f := &fastForm{col: col, op: "in"}
+		for _, e := range arr.Nodes {
+			s, ok := e.(*ast.StringNode)
+			if !ok {
+				return nil
+			}
+			f.lits = append(f.lits, s.Value)
+		}
+		return f
+	}
+	return nil
+}
+
+// eval evaluates the expression for every row; out[i] is true where it is
+// true. A row whose evaluation fails gets an error in errs (by row).
+func (x *expression) eval(b *batch.Batch, pos []Position, meta []RecordMeta, out []bool, errs map[int]error) {
+	n := b.Len()
+	if f := x.fast; f != nil {
+		v := b.Vectors[f.col]
+		for i := range n {
+			if v.IsNull(i) {
+				out[i] = false
+				continue
+			}
+			s := v.Strs[i]
+			switch f.op {
+			case "==":
+				out[i] = s == f.lits[0]
+			case "!=":
+				out[i] = s != f.lits[0]
+			default:
+				hit := false
+				for _, l := range f.lits {
+					if s == l {
+						hit = true
+						break
+					}
+				}
+				out[i] = hit
+			}
+		}
+		return
+	}
+	for i := range n {
+		anyNull := false
+		for _, r := range x.refs {
+			v := x.valueOf(r, b, i, pos, meta)
+			anyNull = anyNull || v == nil
+			x.env[r.name] = v
+		}
+		res, err := x.machine.Run(x.prog, x.env)
+		switch {
+		case err != nil && anyNull:
+			out[i] = false
+		case err != nil:
+			msg, _, _ := strings.Cut(err.Error(), "\n")
+			errs[i] = fmt.Errorf("expression %q: %s", x.src, msg)
+			out[i] = false
+		default:
+			t, _ := res.(bool)
+			out[i] = t
+		}
+	}
+}
+
+func (x *expression) valueOf(r exprRef, b *batch.Batch, i int, pos []Position, meta []RecordMeta) any {
+	if r.col >= 0 {
+		v := b.Vectors[r.col]
+		if v.IsNull(i) {
+			return nil
+		}
+		switch v.Type.Kind {
+		case batch.KindString:
+			return v.Strs[i]
+		case batch.KindInt64:
+			return v.Ints[i]
+		case batch.KindTimestamp:
+			return time.UnixMicro(v.Ints[i]).UTC()
+		case batch.KindDate:
+			return batch.DateValue(v.Ints[i]).Time()
+		case batch.KindFloat64:
+			return v.Floats[i]
+		case batch.KindDecimal:
+			f, _ := strconv.ParseFloat(batch.FormatDecimal(v.Decs[i], v.Type.Scale), 64)
+			return f
+		case batch.KindBool:
+			return v.Bools[i]
+		case batch.KindBytes:
+			return v.Bytes[i]
+		}
+		return nil
+	}
+	p := pos[i]
+	switch r.name {
+	case batch.FieldKafkaTopic:
+		return p.Topic
+	case batch.FieldKafkaPartition:
+		return int64(p.Partition)
+	case batch.FieldKafkaOffset:
+		return p.Offset
+	case batch.FieldKafkaTimestamp:
+		if meta == nil || meta[i].Timestamp.IsZero() {
+			return nil
+		}
+		return meta[i].Timestamp.UTC()
+	case batch.FieldKafkaKey:
+		if meta == nil || meta[i].Key == nil {
+			return nil
+		}
+		return meta[i].Key
+	case FieldFilePath:
+		return p.File
+	}
+	return nil
+}
+
+// classifier turns records into operations with the flow's expressions.
+type classifier struct {
+	deletes    *expression
+	truncates  *expression
+	del, trunc []bool
+}
+
+func newClassifier(deletes, truncates string, source batch.Schema, kafka bool) (*classifier, error) {
+	c := &classifier{}
+	var err error
+	if deletes != "" {
+		if c.deletes, err = compileExpression(deletes, source, kafka); err != nil {
+			return nil, fmt.Errorf("apply_as_deletes: %w", err)
+		}
+	}
+	if truncates != "" {
+		if c.truncates, err = compileExpression(truncates, source, kafka); err != nil {
+			return nil, fmt.Errorf("apply_as_truncates: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// classify fills ops: truncates first (apply_as_truncates is evaluated
+// first), then deletes, else upserts. errs gets the rows whose operation
+// could not be evaluated.
+func (c *classifier) classify(b *batch.Batch, pos []Position, meta []RecordMeta, ops []Op, errs map[int]error) {
+	n := b.Len()
+	for i := range ops {
+		ops[i] = OpUpsert
+	}
+	var terrs, derrs map[int]error
+	if c.truncates != nil {
+		terrs = map[int]error{}
+		c.trunc = grow(c.trunc, n)
+		c.truncates.eval(b, pos, meta, c.trunc, terrs)
+	}
+	if c.deletes != nil {
+		derrs = map[int]error{}
+		c.del = grow(c.del, n)
+		c.deletes.eval(b, pos, meta, c.del, derrs)
+	}
+	for i := range n {
+		switch {
+		case c.truncates != nil && c.trunc[i]:
+			ops[i] = OpTruncate
+		case terrs[i] != nil:
+			errs[i] = fmt.Errorf("apply_as_truncates: %w", terrs[i])
+		case derrs[i] != nil:
+			errs[i] = fmt.Errorf("apply_as_deletes: %w", derrs[i])
+		case c.deletes != nil && c.del[i]:
+			ops[i] = OpDelete
+		}
+	}
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}

@@ -1,0 +1,832 @@
+package cdc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// Input is one batch of a flow's records.
+type Input struct {
+	// Batch holds the decoded records; its columns are Config.Source's.
+	Batch *batch.Batch
+	// Positions has one position per row (required).
+	Positions []Position
+	// Ops, when set, has one operation per row and replaces the flow's
+	// apply_as_deletes and apply_as_truncates (a Debezium source knows its
+	// operations).
+	Ops []Op
+	// Meta, when set, has one entry per row: what expressions read as
+	// _kafka_timestamp and _kafka_key.
+	Meta []RecordMeta
+	// Payloads, when set, has the raw message of each row, for dead
+	// letters; otherwise a dead letter carries the row as JSON.
+	Payloads [][]byte
+	// Now is the processing time: tombstones are created and expire by it.
+	Now time.Time
+}
+
+// Output is what applying a batch changes. Applying it to the target is
+// idempotent: a sink may apply the same Output twice, and a batch applied
+// again (a replay) yields an Output with no rows and no states.
+type Output struct {
+	// Upserts are rows to write, each replacing the row of the same
+	// identity: the key for SCD type 1, the key and __START_AT for SCD type
+	// 2. They come in key order, and by __START_AT within a key.
+	Upserts Rows
+	// Deletes are rows to remove, as they were: identities that exist no
+	// more.
+	Deletes Rows
+	// States are the new states of the keys whose state changed, in key
+	// order; a nil State removes the key's state. They belong in the same
+	// load as the rows.
+	States []KeyChange
+	// Table is the new table state when the batch changed it (a truncate),
+	// else nil. When its newest barrier is new, the sink also removes every
+	// row of the target whose sequence is below it (see TableState); the
+	// rows of this Output are all at or above it.
+	Table *TableState
+	// Refresh is set when a truncate arrived after events newer than it
+	// with ignore-null in play: rows at or above the barrier that this
+	// Output does not list may lose values set before it. The caller then
+	// applies Engine.Refresh to the keys of the target's rows whose
+	// sequence is at or above Table.Newest().Seq.
+	Refresh bool
+	// DeadLetters are the records that could not be applied: a null key or
+	// sequence, or an expression that could not be evaluated.
+	DeadLetters []batch.DeadLetter
+	Stats       Stats
+}
+
+// Rows are target rows with their identity.
+type Rows struct {
+	Batch *batch.Batch // the target's schema (Engine.Schema)
+	Keys  []string     // the encoded key of each row
+	// Seqs has the encoded sequence of each row: for SCD type 1 the
+	// sequence of the upsert it shows, for SCD type 2 its __START_AT. The
+	// encoding orders bytewise like the sequence.
+	Seqs []string
+}
+
+// Len returns the number of rows.
+func (r *Rows) Len() int { return len(r.Keys) }
+
+// KeyChange is the new state of one key.
+type KeyChange struct {
+	Key   string
+	State *KeyState // nil: the key has no state any more
+}
+
+// Stats count what a batch did.
+type Stats struct {
+	Upserts, Deletes, Truncates int // valid events read
+	DeadLetters                 int
+	Late                        int // events older than their key's newest event already applied
+	// Suppressed are upserts a tombstone or a truncate kept out (SCD type
+	// 1), or that a delete applied in an earlier batch closed (SCD type 2).
+	Suppressed int
+	// TombstoneGap is the longest processing-time gap between the creation
+	// of a tombstone (or truncate) and an event of this batch it decided:
+	// sluice status shows it so that users can size tombstone_retention.
+	TombstoneGap time.Duration
+	Expired      int // tombstones forgotten after tombstone_retention
+}
+
+// ReasonExpression is the dead-letter reason of a record whose
+// apply_as_deletes or apply_as_truncates fails to evaluate.
+const ReasonExpression = "expression_error"
+
+// EventError is returned by Apply under on_error: fail for the first
+// record that would have been a dead letter.
+type EventError struct {
+	Reason   string // batch.ReasonNullKey, batch.ReasonNullSequence or ReasonExpression
+	Position Position
+	Err      error
+}
+
+func (e *EventError) Error() string {
+	return fmt.Sprintf("%s at %s: %v", e.Reason, e.Position, e.Err)
+}
+
+func (e *EventError) Unwrap() error { return e.Err }
+
+// Engine applies the batches of one flow. It is not safe for concurrent
+// use, and the batches of all flows writing one target must be applied one
+// at a time: each Apply must follow the commit (and Cache.Commit) or abort
+// of the previous Output for the target.
+type Engine struct {
+	cfg       Config
+	p         *plan
+	store     StateStore
+	cls       *classifier
+	log       *slog.Logger
+	retention int64 // µs
+
+	// scratch reused between batches
+	ops     []Op
+	refs    []rowRef
+	keyBuf  []byte
+	seqBuf  []byte
+	fresh   []event
+	merged  []event
+	expBuf  []event
+	marks   []bool
+	vers    []version
+	oldVers []version
+	newVers []version
+	arena   []value // values materialized or resolved for the key being applied
+	used    int
+	intern  map[string]string
+}
+
+// New returns an engine for cfg reading committed state from store
+// (usually a *Cache).
+func New(cfg Config, store StateStore) (*Engine, error) {
+	p, err := cfg.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("cdc: flow %s: %w", cfg.Flow, err)
+	}
+	cls, err := newClassifier(cfg.ApplyAsDeletes, cfg.ApplyAsTruncates, cfg.Source, cfg.Kafka)
+	if err != nil {
+		return nil, fmt.Errorf("cdc: flow %s: %w", cfg.Flow, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ret := cfg.TombstoneRetention
+	if ret <= 0 {
+		ret = DefaultTombstoneRetention
+	}
+	return &Engine{cfg: cfg, p: p, store: store, cls: cls, log: log, retention: ret.Microseconds(), intern: map[string]string{}}, nil
+}
+
+// Schema returns the schema of the rows the engine writes.
+func (e *Engine) Schema() batch.Schema { return e.p.table }
+
+// KeyOf returns the encoded key of row i of a batch of the target's
+// schema: what Rows.Keys holds for that row. Sinks use it on rows they
+// read back.
+func (e *Engine) KeyOf(b *batch.Batch, i int) (string, error) {
+	var buf []byte
+	for _, k := range e.cfg.Keys {
+		v := b.Column(k)
+		if v == nil {
+			return "", fmt.Errorf("cdc: key column %s missing", k)
+		}
+		if v.IsNull(i) {
+			return "", fmt.Errorf("cdc: key column %s is null", k)
+		}
+		buf = appendOrdered(buf, v, i)
+	}
+	return string(buf), nil
+}
+
+// rowRef is a valid record of the batch with its encoded key and sequence
+// (offsets into the batch's key and sequence arenas).
+type rowRef struct {
+	row    int32
+	k0, k1 int32
+	s0, s1 int32
+}
+
+// Apply applies a batch: it reads the state of the batch's keys, and
+// returns the rows and states that change. It writes nothing: the caller
+// loads the Output and, once committed, records it in the Cache.
+func (e *Engine) Apply(ctx context.Context, in Input) (*Output, error) {
+	return e.apply(ctx, in, nil, false)
+}
+
+// Expire re-examines keys that get no event: what their state remembers
+// longer than tombstone_retention is forgotten. The Output holds only state
+// changes, since forgetting never changes a row. A sink may run it over the
+// keys it stores, in the background, to bound the hidden state.
+func (e *Engine) Expire(ctx context.Context, keys []string, now time.Time) (*Output, error) {
+	return e.apply(ctx, Input{Now: now}, keys, false)
+}
+
+// Refresh is Expire that also writes the current row of every key that has
+// one (SCD type 1): the answer to Output.Refresh, when a truncate arrived
+// after rows it cannot remove but whose values it changes. It cannot tell
+// which truncates a row in the target was derived under, so it writes the
+// row whether or not it changed.
+func (e *Engine) Refresh(ctx context.Context, keys []string, now time.Time) (*Output, error) {
+	return e.apply(ctx, Input{Now: now}, keys, true)
+}
+
+func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bool) (*Output, error) {
+	if in.Now.IsZero() {
+		return nil, errors.New("cdc: Input.Now is not set")
+	}
+	n := in.Batch.Len()
+	if n > 0 {
+		if err := e.checkInput(in); err != nil {
+			return nil, err
+		}
+	}
+	a := &applyCtx{e: e, p: e.p, now: in.Now.UnixMicro(), in: in, out: &Output{}, refresh: refresh, merged: e.merged, expBuf: e.expBuf, marks: e.marks, vers: e.vers, oldVers: e.oldVers, newVers: e.newVers}
+	defer func() {
+		e.merged, e.expBuf, e.marks, e.vers = a.merged[:0], a.expBuf[:0], a.marks[:0], a.vers[:0]
+		e.oldVers, e.newVers = a.oldVers[:0], a.newVers[:0]
+	}()
+
+	// Operations.
+	e.ops = grow(e.ops, n)
+	ops := e.ops
+	errs := map[int]error{}
+	switch {
+	case in.Ops != nil:
+		copy(ops, in.Ops)
+	case n > 0:
+		e.cls.classify(in.Batch, in.Positions, in.Meta, ops, errs)
+	}
+
+	// Validate, encode keys and sequences.
+	refs := e.refs[:0]
+	keyBuf, seqBuf := e.keyBuf[:0], e.seqBuf[:0]
+	var truncs []Barrier
+	for i := range n {
+		if err := errs[i]; err != nil {
+			if fail := a.deadLetter(i, ReasonExpression, err); fail != nil {
+				return nil, fail
+			}
+			continue
+		}
+		op := ops[i]
+		if op == OpTruncate && e.p.scd2 {
+			return nil, fmt.Errorf("cdc: flow %s: a truncate at %s on an SCD type 2 table", e.cfg.Flow, in.Positions[i])
+		}
+		if op != OpTruncate {
+			if col := e.nullKey(i, in.Batch); col != "" {
+				if fail := a.deadLetter(i, batch.ReasonNullKey, fmt.Errorf("key column %s is null", col)); fail != nil {
+					return nil, fail
+				}
+				continue
+			}
+		}
+		if col := e.nullSeq(i, in.Batch); col != "" {
+			if fail := a.deadLetter(i, batch.ReasonNullSequence, fmt.Errorf("sequence column %s is null", col)); fail != nil {
+				return nil, fail
+			}
+			continue
+		}
+		s0 := len(seqBuf)
+		for _, c := range e.p.seqSrc {
+			seqBuf = appendOrdered(seqBuf, in.Batch.Vectors[c], i)
+		}
+		switch op {
+		case OpTruncate:
+			a.out.Stats.Truncates++
+			truncs = append(truncs, Barrier{Seq: string(seqBuf[s0:]), Pos: in.Positions[i], Seen: in.Now.UTC()})
+			seqBuf = seqBuf[:s0]
+			continue
+		case OpDelete:
+			a.out.Stats.Deletes++
+		default:
+			a.out.Stats.Upserts++
+		}
+		k0 := len(keyBuf)
+		for _, c := range e.p.keySrc {
+			keyBuf = appendOrdered(keyBuf, in.Batch.Vectors[c], i)
+		}
+		refs = append(refs, rowRef{row: int32(i), k0: int32(k0), k1: int32(len(keyBuf)), s0: int32(s0), s1: int32(len(seqBuf))})
+	}
+	e.refs, e.keyBuf, e.seqBuf = refs, keyBuf, seqBuf
+	keyStr, seqStr := string(keyBuf), string(seqBuf)
+	pos := in.Positions
+	slices.SortFunc(refs, func(x, y rowRef) int {
+		if c := strings.Compare(keyStr[x.k0:x.k1], keyStr[y.k0:y.k1]); c != 0 {
+			return c
+		}
+		if c := strings.Compare(seqStr[x.s0:x.s1], seqStr[y.s0:y.s1]); c != 0 {
+			return c
+		}
+		return pos[x.row].Compare(pos[y.row])
+	})
+
+	// Keys, and the batch's events grouped by key.
+	type group struct {
+		key   string
+		fresh []event
+	}
+	var groups []group
+	fresh := e.fresh[:0]
+	for j, r := range refs {
+		if j == 0 || keyStr[r.k0:r.k1] != keyStr[refs[j-1].k0:refs[j-1].k1] {
+			groups = append(groups, group{key: strings.Clone(keyStr[r.k0:r.k1])})
+		}
+		fresh = append(fresh, event{seq: seqStr[r.s0:r.s1], pos: pos[r.row], del: ops[r.row] == OpDelete, seen: a.now, row: r.row})
+	}
+	e.fresh = fresh
+	for g, j := 0, 0; g < len(groups); g++ {
+		k := j
+		for k < len(refs) && keyStr[refs[k].k0:refs[k].k1] == groups[g].key {
+			k++
+		}
+		groups[g].fresh = fresh[j:k:k]
+		j = k
+	}
+	if len(extra) > 0 {
+		have := make(map[string]bool, len(groups))
+		for _, g := range groups {
+			have[g.key] = true
+		}
+		for _, k := range extra {
+			if !have[k] {
+				have[k] = true
+				groups = append(groups, group{key: k})
+			}
+		}
+		slices.SortFunc(groups, func(x, y group) int { return strings.Compare(x.key, y.key) })
+	}
+
+	// State.
+	table, err := e.store.Table(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cdc: flow %s: read table state: %w", e.cfg.Flow, err)
+	}
+	oldB, newB := table.Truncates, table.Truncates
+	if len(truncs) > 0 {
+		newB = e.mergeBarriers(oldB, truncs, a.now)
+		if !equalBarriers(oldB, newB) {
+			a.out.Table = &TableState{Truncates: newB}
+			// A truncate older than what a key already holds changes the
+			// values ignore-null kept, which no barrier rule can remove.
+			a.out.Refresh = e.p.anyElig
+		}
+	}
+	a.out.Upserts = e.newRows(len(groups))
+	a.out.Deletes = e.newRows(0)
+	keys := make([]string, len(groups))
+	for g := range groups {
+		keys[g] = groups[g].key
+	}
+	var states map[string]*KeyState
+	if len(keys) > 0 {
+		if states, err = e.store.Get(ctx, keys); err != nil {
+			return nil, fmt.Errorf("cdc: flow %s: read key states: %w", e.cfg.Flow, err)
+		}
+	}
+	for _, g := range groups {
+		err := a.applyKey(g.key, states[g.key], g.fresh, oldB, newB)
+		a.release()
+		if err != nil {
+			return nil, fmt.Errorf("cdc: flow %s: %w", e.cfg.Flow, err)
+		}
+	}
+	if len(e.intern) > 1<<12 {
+		clear(e.intern)
+	}
+	st := &a.out.Stats
+	e.log.DebugContext(ctx, "cdc: batch applied", "flow", e.cfg.Flow, "target", e.cfg.Target,
+		"upserts", st.Upserts, "deletes", st.Deletes, "truncates", st.Truncates, "dead_letters", st.DeadLetters,
+		"rows_written", a.out.Upserts.Len(), "rows_removed", a.out.Deletes.Len(), "states", len(a.out.States),
+		"late", st.Late, "suppressed", st.Suppressed, "expired", st.Expired)
+	return a.out, nil
+}
+
+func (e *Engine) checkInput(in Input) error {
+	b := in.Batch
+	if len(b.Vectors) != len(e.cfg.Source.Columns) {
+		return fmt.Errorf("cdc: flow %s: batch has %d columns, the source %d", e.cfg.Flow, len(b.Vectors), len(e.cfg.Source.Columns))
+	}
+	for i, c := range e.cfg.Source.Columns {
+		if b.Vectors[i].Type != c.Type {
+			return fmt.Errorf("cdc: flow %s: batch column %d is %v, source column %s is %v", e.cfg.Flow, i, b.Vectors[i].Type, c.Name, c.Type)
+		}
+	}
+	n := b.Len()
+	if len(in.Positions) != n {
+		return fmt.Errorf("cdc: flow %s: %d positions for %d rows", e.cfg.Flow, len(in.Positions), n)
+	}
+	if in.Ops != nil && len(in.Ops) != n {
+		return fmt.Errorf("cdc: flow %s: %d operations for %d rows", e.cfg.Flow, len(in.Ops), n)
+	}
+	if in.Meta != nil && len(in.Meta) != n {
+		return fmt.Errorf("cdc: flow %s: %d metadata entries for %d rows", e.cfg.Flow, len(in.Meta), n)
+	}
+	if in.Payloads != nil && len(in.Payloads) != n {
+		return fmt.Errorf("cdc: flow %s: %d payloads for %d rows", e.cfg.Flow, len(in.Payloads), n)
+	}
+	return nil
+}
+
+func (e *Engine) nullKey(i int, b *batch.Batch) string {
+	for j, c := range e.p.keySrc {
+		if b.Vectors[c].IsNull(i) {
+			return e.cfg.Keys[j]
+		}
+	}
+	return ""
+}
+
+func (e *Engine) nullSeq(i int, b *batch.Batch) string {
+	for j, c := range e.p.seqSrc {
+		if b.Vectors[c].IsNull(i) {
+			return e.cfg.SequenceBy[j]
+		}
+	}
+	return ""
+}
+
+func (e *Engine) newRows(capacity int) Rows {
+	return Rows{Batch: batch.New(e.p.table, capacity), Keys: make([]string, 0, capacity), Seqs: make([]string, 0, capacity)}
+}
+
+func (e *Engine) internString(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := e.intern[s]; ok {
+		return v
+	}
+	v := strings.Clone(s)
+	e.intern[v] = v
+	return v
+}
+
+// applyCtx is one Apply call.
+type applyCtx struct {
+	e   *Engine
+	p   *plan
+	now int64
+	in  Input
+	out *Output
+	// refresh is set by Refresh: SCD type 1 rows are written whether or
+	// not they changed.
+	refresh bool
+
+	merged  []event
+	expBuf  []event
+	marks   []bool
+	vers    []version
+	oldVers []version
+	newVers []version
+}
+
+// take returns n values from the engine's arena. They live until the key
+// being applied is done (see release).
+func (a *applyCtx) take(n int) []value {
+	e := a.e
+	if e.used+n > len(e.arena) {
+		e.arena = make([]value, max(2*len(e.arena), n, 1024))
+		e.used = 0
+	}
+	v := e.arena[e.used : e.used+n : e.used+n]
+	e.used += n
+	return v
+}
+
+// release makes the arena reusable: nothing taken so far is read again.
+func (a *applyCtx) release() { a.e.used = 0 }
+
+// valsOf returns the values of an upsert, reading a batch event's row on
+// first use.
+func (a *applyCtx) valsOf(ev *event) []value {
+	if ev.vals != nil || ev.del {
+		return ev.vals
+	}
+	p, b := a.p, a.in.Batch
+	vals := a.take(len(p.names))
+	row := int(ev.row)
+	for c, si := range p.src {
+		switch {
+		case si < 0:
+			vals[c] = null
+		case b.Vectors[si].IsNull(row):
+			if p.eligible[c] {
+				vals[c] = value{k: vAbsent}
+			} else {
+				vals[c] = null
+			}
+		default:
+			vals[c] = readValue(b.Vectors[si], row)
+		}
+	}
+	ev.vals = vals
+	return vals
+}
+
+func (a *applyCtx) deadLetter(i int, reason string, err error) error {
+	pos := a.in.Positions[i]
+	if a.e.cfg.FailOnError {
+		return &EventError{Reason: reason, Position: pos, Err: err}
+	}
+	var payload []byte
+	if a.in.Payloads != nil {
+		payload = a.in.Payloads[i]
+	} else {
+		payload = rowJSON(a.in.Batch, i)
+	}
+	a.out.DeadLetters = append(a.out.DeadLetters, batch.DeadLetter{
+		Pipeline: a.e.cfg.Pipeline,
+		Flow:     a.e.cfg.Flow,
+		Target:   a.e.cfg.Target,
+		Source:   pos.source(),
+		Position: pos.deadLetterPosition(),
+		Reason:   reason,
+		Error:    err.Error(),
+		Payload:  payload,
+		At:       a.in.Now.UTC(),
+	})
+	a.out.Stats.DeadLetters++
+	return nil
+}
+
+// rowJSON renders row i as a JSON object, for dead letters.
+func rowJSON(b *batch.Batch, i int) []byte {
+	var sb strings.Builder
+	sb.WriteByte('{')
+	for c, col := range b.Schema.Columns {
+		if c > 0 {
+			sb.WriteByte(',')
+		}
+		writeJSONString(&sb, col.Name)
+		sb.WriteByte(':')
+		writeJSONValue(&sb, col.Type, readValue(b.Vectors[c], i))
+	}
+	sb.WriteByte('}')
+	return []byte(sb.String())
+}
+
+// mergeBarriers adds a batch's truncates to the table's: one per sequence
+// (the least position, the earliest creation), the newest kept forever,
+// older ones forgotten after the retention.
+func (e *Engine) mergeBarriers(old, add []Barrier, now int64) []Barrier {
+	all := slices.Concat(old, add)
+	slices.SortStableFunc(all, func(x, y Barrier) int {
+		if c := strings.Compare(x.Seq, y.Seq); c != 0 {
+			return c
+		}
+		return x.Pos.Compare(y.Pos)
+	})
+	out := all[:0]
+	for _, b := range all {
+		if n := len(out); n > 0 && out[n-1].Seq == b.Seq {
+			if b.Seen.Before(out[n-1].Seen) {
+				out[n-1].Seen = b.Seen
+			}
+			continue
+		}
+		out = append(out, b)
+	}
+	kept := out[:0]
+	for i, b := range out {
+		if i == len(out)-1 || b.Seen.UnixMicro()+e.retention > now {
+			kept = append(kept, b)
+		}
+	}
+	return kept
+}
+
+// applyKey merges a key's new events into its state and records what
+// changes.
+func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB []Barrier) error {
+	oldEv, remapped, err := a.bind(old)
+	if err != nil {
+		return fmt.Errorf("key %x: %w", key, err)
+	}
+	if len(fresh) > 0 && len(oldEv) > 0 {
+		newest := oldEv[len(oldEv)-1].seq
+		for i := range fresh {
+			if fresh[i].seq < newest {
+				a.out.Stats.Late++
+			}
+		}
+	}
+	var kept []event
+	if a.p.scd2 {
+		kept = a.compact2(a.merge(a.expire2(oldEv), fresh))
+	} else {
+		kept = a.compact1(a.merge(a.expire1(oldEv, newB), fresh), newB)
+	}
+	for i := range kept {
+		a.valsOf(&kept[i])
+	}
+	changed := remapped || !equalEvents(oldEv, kept)
+	newEv := oldEv
+	if changed {
+		var ns *KeyState
+		if len(kept) > 0 {
+			ns = a.buildState(kept)
+			newEv = ns.events
+		} else {
+			newEv = nil
+		}
+		a.out.States = append(a.out.States, KeyChange{Key: key, State: ns})
+	}
+	if a.refresh && !a.p.scd2 {
+		if nr, ok := a.fold1(newEv, newB); ok {
+			return a.appendRow(&a.out.Upserts, key, nr.vals, nr.seq, "", "")
+		}
+	}
+	if !changed && equalBarriers(oldB, newB) {
+		return nil
+	}
+	if a.p.scd2 {
+		return a.diff2(key, oldEv, newEv)
+	}
+	a.diff1(key, oldEv, newEv, oldB, newB)
+	return nil
+}
+
+// bind returns the events of a stored state with values in the plan's
+// column order; remapped is true when the state followed other columns.
+func (a *applyCtx) bind(s *KeyState) (evs []event, remapped bool, err error) {
+	if s == nil {
+		return nil, false, nil
+	}
+	names := a.p.names
+	if len(s.cols) == len(names) && (len(names) == 0 || unsafe.SliceData(s.cols) == unsafe.SliceData(names) || slices.Equal(s.cols, names)) {
+		return s.events, false, nil
+	}
+	idx := make([]int, len(names))
+	for c, n := range names {
+		idx[c] = slices.Index(s.cols, n)
+	}
+	evs = make([]event, len(s.events))
+	for i, ev := range s.events {
+		if !ev.del {
+			vals := make([]value, len(names))
+			for c, j := range idx {
+				if j < 0 {
+					continue
+				}
+				v := ev.vals[j]
+				if v.k != vNull && v.k != vAbsent && v.k != a.p.kinds[c] {
+					return nil, false, fmt.Errorf("stored state holds column %s as another type than %s: a full refresh is needed", names[c], a.p.types[c])
+				}
+				vals[c] = v
+			}
+			ev.vals = vals
+		}
+		evs[i] = ev
+	}
+	return evs, true, nil
+}
+
+// merge returns the stored events and the batch's in one sorted list
+// without duplicates. SCD type 1 keeps every event once, by (seq,
+// position), the stored copy of a redelivered one. SCD type 2 keeps one
+// event per sequence: a delete beats an upsert (and among deletes the
+// least position stays, with the earliest creation time), among upserts
+// the greater position wins.
+func (a *applyCtx) merge(old, fresh []event) []event {
+	m := append(a.merged[:0], old...)
+	m = append(m, fresh...)
+	if len(old) > 0 && len(fresh) > 0 {
+		slices.SortStableFunc(m, func(x, y event) int {
+			if c := strings.Compare(x.seq, y.seq); c != 0 {
+				return c
+			}
+			return x.pos.Compare(y.pos)
+		})
+	}
+	out := m[:0]
+	for _, ev := range m {
+		if len(out) == 0 {
+			out = append(out, ev)
+			continue
+		}
+		last := &out[len(out)-1]
+		switch {
+		case ev.seq != last.seq:
+			out = append(out, ev)
+		case ev.pos == last.pos:
+			// the same record again: the stored copy (first) stays
+		case !a.p.scd2:
+			out = append(out, ev)
+		case last.del && ev.del:
+			last.seen = min(last.seen, ev.seen) // last has the least position
+		case ev.del:
+			*last = ev
+		case last.del:
+		default:
+			*last = ev // sorted by position: ev is greater
+		}
+	}
+	a.merged = out
+	return out
+}
+
+// buildState copies kept events into a new state. Events of a stored
+// state are immutable, so their values and strings are shared; the batch's
+// events, and values compact2 rewrote, are copied into one slab of values
+// and one of bytes that the state owns.
+func (a *applyCtx) buildState(kept []event) *KeyState {
+	ncols := len(a.p.names)
+	nvals, nbytes := 0, 0
+	for i := range kept {
+		if kept[i].row == -1 {
+			continue
+		}
+		nbytes += len(kept[i].seq)
+		if !kept[i].del {
+			nvals += ncols
+			for _, v := range kept[i].vals {
+				nbytes += len(v.s)
+			}
+		}
+	}
+	evs := make([]event, len(kept))
+	var vals []value
+	if nvals > 0 {
+		vals = make([]value, nvals)
+	}
+	var slab []byte
+	if nbytes > 0 {
+		slab = make([]byte, 0, nbytes)
+	}
+	str := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		start := len(slab)
+		slab = append(slab, s...)
+		return unsafe.String(&slab[start], len(s))
+	}
+	for i := range kept {
+		src := &kept[i]
+		if src.row == -1 {
+			evs[i] = *src
+			continue
+		}
+		ev := event{seq: str(src.seq), del: src.del, seen: src.seen, row: -1}
+		ev.pos = Position{
+			Flow:      a.e.internString(src.pos.Flow),
+			Topic:     a.e.internString(src.pos.Topic),
+			Partition: src.pos.Partition,
+			File:      a.e.internString(src.pos.File),
+			Offset:    src.pos.Offset,
+		}
+		if !src.del {
+			ev.vals, vals = vals[:ncols:ncols], vals[ncols:]
+			for c, v := range src.vals {
+				v.s = str(v.s)
+				ev.vals[c] = v
+			}
+		}
+		evs[i] = ev
+	}
+	return &KeyState{cols: a.p.names, events: evs}
+}
+
+// appendRow appends one target row.
+func (a *applyCtx) appendRow(r *Rows, key string, vals []value, seq string, start, end string) error {
+	p := a.p
+	for c, ti := range p.dataIdx {
+		appendValue(r.Batch.Vectors[ti], vals[c])
+	}
+	if p.scd2 {
+		if err := a.appendInterval(r.Batch.Vectors[p.startIdx], start); err != nil {
+			return err
+		}
+		if err := a.appendInterval(r.Batch.Vectors[p.endIdx], end); err != nil {
+			return err
+		}
+	}
+	r.Keys = append(r.Keys, key)
+	r.Seqs = append(r.Seqs, seq)
+	return nil
+}
+
+// appendInterval appends a sequence to __START_AT or __END_AT; "" is null.
+func (a *applyCtx) appendInterval(v *batch.Vector, seq string) error {
+	if seq == "" {
+		v.AppendNull()
+		return nil
+	}
+	if len(a.p.seqTypes) == 1 && len(seq) == 8 && kindOf(a.p.seqTypes[0]) == vInt {
+		v.AppendInt(int64(binary.BigEndian.Uint64(unsafe.Slice(unsafe.StringData(seq), 8)) ^ (1 << 63)))
+		return nil
+	}
+	vs, err := decodeOrdered(a.p.seqTypes, seq)
+	if err != nil {
+		return err
+	}
+	if a.p.listSeqAsJ {
+		v.AppendString(sequenceJSON(a.p.seqTypes, vs))
+		return nil
+	}
+	appendValue(v, vs[0])
+	return nil
+}
+
+func (a *applyCtx) expired(ev *event) bool {
+	return ev.seen+a.e.retention <= a.now
+}
+
+func (a *applyCtx) gap(seen int64) {
+	if g := time.Duration(a.now-seen) * time.Microsecond; g > a.out.Stats.TombstoneGap {
+		a.out.Stats.TombstoneGap = g
+	}
+}

@@ -1,0 +1,396 @@
+package cdc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+	"unsafe"
+)
+
+// KeyState is what the engine remembers of one key beyond the rows it
+// shows: the events that can still matter for events yet to come (see the
+// package documentation, "State"). A KeyState is immutable once an Output
+// returned it: sinks persist it with MarshalBinary, caches share it.
+type KeyState struct {
+	cols   []string // data column names the events' values follow
+	events []event  // sorted by (seq, pos); SCD type 2: one per seq
+}
+
+// event is one change of a key.
+type event struct {
+	seq  string // ordered encoding of the sequence
+	pos  Position
+	del  bool
+	seen int64   // processing time first applied, µs since the epoch
+	vals []value // upserts: one per data column; nil until materialized
+	row  int32   // row in the current batch, -1 for a stored event
+}
+
+// Len returns the number of events the state holds.
+func (s *KeyState) Len() int { return len(s.events) }
+
+// Size estimates the bytes the state takes in memory.
+func (s *KeyState) Size() int64 {
+	if s == nil {
+		return 0
+	}
+	n := int64(unsafe.Sizeof(*s)) + int64(len(s.events))*int64(unsafe.Sizeof(event{}))
+	for i := range s.events {
+		e := &s.events[i]
+		n += int64(len(e.seq) + len(e.pos.Flow) + len(e.pos.Topic) + len(e.pos.File))
+		n += int64(len(e.vals)) * int64(unsafe.Sizeof(value{}))
+		for _, v := range e.vals {
+			n += int64(len(v.s))
+		}
+	}
+	return n
+}
+
+// TableState is what the engine remembers of a whole target.
+type TableState struct {
+	// Truncates are the table-wide truncates (SCD type 1) still
+	// remembered, in sequence order: the newest always, older ones until
+	// tombstone_retention has passed (they still matter where an upsert at
+	// the sequence of a newer one precedes it). Every row whose sequence is
+	// below the newest's is gone from the target: a sink removes such rows
+	// of keys an Output does not mention when the newest barrier is new,
+	// and the engine applies the barriers to every key state it reads.
+	Truncates []Barrier
+}
+
+// Newest returns the newest truncate, or nil.
+func (t TableState) Newest() *Barrier {
+	if len(t.Truncates) == 0 {
+		return nil
+	}
+	return &t.Truncates[len(t.Truncates)-1]
+}
+
+// Barrier is a table-wide truncate at sequence Seq.
+type Barrier struct {
+	Seq  string    // ordered encoding, comparable bytewise with Rows.Seqs
+	Pos  Position  // the least position of the truncates at Seq
+	Seen time.Time // when the first of them was applied
+}
+
+func (b Barrier) equal(o Barrier) bool {
+	return b.Seq == o.Seq && b.Pos == o.Pos && b.Seen.Equal(o.Seen)
+}
+
+func equalBarriers(a, b []Barrier) bool { return slices.EqualFunc(a, b, Barrier.equal) }
+
+// Serialized forms: a version byte, then varints and length-prefixed bytes.
+const (
+	keyStateVersion   = 1
+	tableStateVersion = 1
+)
+
+// MarshalBinary encodes the state. The encoding names the columns its
+// values follow, so a state written before the table gained or lost a
+// column is read back by name.
+func (s *KeyState) MarshalBinary() ([]byte, error) {
+	var table []string // position strings: few distinct ones per key
+	intern := func(x string) uint64 {
+		if i := slices.Index(table, x); i >= 0 {
+			return uint64(i)
+		}
+		table = append(table, x)
+		return uint64(len(table) - 1)
+	}
+	for i := range s.events {
+		p := &s.events[i].pos
+		intern(p.Flow)
+		intern(p.Topic)
+		intern(p.File)
+	}
+	buf := make([]byte, 0, 64+s.Size()/2)
+	buf = append(buf, keyStateVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(s.cols)))
+	for _, c := range s.cols {
+		buf = appendString(buf, c)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(table)))
+	for _, x := range table {
+		buf = appendString(buf, x)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(s.events)))
+	for i := range s.events {
+		e := &s.events[i]
+		if e.del {
+			buf = append(buf, 1)
+		} else {
+			buf = append(buf, 0)
+		}
+		buf = appendString(buf, e.seq)
+		buf = binary.AppendUvarint(buf, intern(e.pos.Flow))
+		buf = binary.AppendUvarint(buf, intern(e.pos.Topic))
+		buf = binary.AppendUvarint(buf, intern(e.pos.File))
+		buf = binary.AppendVarint(buf, int64(e.pos.Partition))
+		buf = binary.AppendVarint(buf, e.pos.Offset)
+		buf = binary.AppendVarint(buf, e.seen)
+		if e.del {
+			continue
+		}
+		if len(e.vals) != len(s.cols) {
+			return nil, fmt.Errorf("cdc: key state event has %d values for %d columns", len(e.vals), len(s.cols))
+		}
+		for _, v := range e.vals {
+			buf = append(buf, byte(v.k))
+			switch v.k {
+			case vInt, vBool:
+				buf = binary.AppendVarint(buf, v.i)
+			case vFloat:
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.i))
+			case vStr, vBytes:
+				buf = appendString(buf, v.s)
+			case vDec:
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.i))
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.h))
+			}
+		}
+	}
+	return buf, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote. The state owns its
+// memory afterwards: data may be reused by the caller.
+func (s *KeyState) UnmarshalBinary(data []byte) error {
+	r := reader{buf: string(data)} // one copy; every string points into it
+	if v := r.byte(); v != keyStateVersion {
+		if r.err != nil {
+			return fmt.Errorf("cdc: key state: %w", r.err)
+		}
+		return fmt.Errorf("cdc: key state version %d, want %d", v, keyStateVersion)
+	}
+	ncols := r.count()
+	cols := make([]string, 0, min(ncols, 1<<10))
+	for range ncols {
+		cols = append(cols, r.string())
+	}
+	nstr := r.count()
+	table := make([]string, 0, min(nstr, 1<<10))
+	for range nstr {
+		table = append(table, r.string())
+	}
+	str := func() string {
+		i := r.uvarint()
+		if i >= uint64(len(table)) {
+			r.fail()
+			return ""
+		}
+		return table[i]
+	}
+	nev := r.count()
+	events := make([]event, 0, min(nev, 1<<16))
+	var slab []value
+	for range nev {
+		if r.err != nil {
+			break
+		}
+		e := event{row: -1}
+		switch r.byte() {
+		case 0:
+		case 1:
+			e.del = true
+		default:
+			r.fail()
+		}
+		e.seq = r.string()
+		e.pos.Flow = str()
+		e.pos.Topic = str()
+		e.pos.File = str()
+		part := r.varint()
+		if part < math.MinInt32 || part > math.MaxInt32 {
+			r.fail()
+		}
+		e.pos.Partition = int32(part)
+		e.pos.Offset = r.varint()
+		e.seen = r.varint()
+		if !e.del {
+			if len(slab) < len(cols) {
+				slab = make([]value, len(cols)*max(1, min(nev, 64)))
+			}
+			e.vals, slab = slab[:len(cols):len(cols)], slab[len(cols):]
+			for c := range e.vals {
+				k := vkind(r.byte())
+				v := value{k: k}
+				switch k {
+				case vNull, vAbsent:
+				case vInt, vBool:
+					v.i = r.varint()
+				case vFloat:
+					v.i = int64(r.fixed64())
+				case vStr, vBytes:
+					v.s = r.string()
+				case vDec:
+					v.i = int64(r.fixed64())
+					v.h = int64(r.fixed64())
+				default:
+					r.fail()
+				}
+				e.vals[c] = v
+			}
+		}
+		events = append(events, e)
+	}
+	if r.err == nil && r.buf != "" {
+		r.fail()
+	}
+	if r.err != nil {
+		return fmt.Errorf("cdc: key state: %w", r.err)
+	}
+	s.cols, s.events = cols, events
+	return nil
+}
+
+// MarshalBinary encodes the table state.
+func (t TableState) MarshalBinary() ([]byte, error) {
+	buf := []byte{tableStateVersion}
+	buf = binary.AppendUvarint(buf, uint64(len(t.Truncates)))
+	for _, b := range t.Truncates {
+		buf = appendString(buf, b.Seq)
+		buf = appendString(buf, b.Pos.Flow)
+		buf = appendString(buf, b.Pos.Topic)
+		buf = appendString(buf, b.Pos.File)
+		buf = binary.AppendVarint(buf, int64(b.Pos.Partition))
+		buf = binary.AppendVarint(buf, b.Pos.Offset)
+		buf = binary.AppendVarint(buf, b.Seen.UnixMicro())
+	}
+	return buf, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote.
+func (t *TableState) UnmarshalBinary(data []byte) error {
+	r := reader{buf: string(data)}
+	if v := r.byte(); v != tableStateVersion {
+		if r.err != nil {
+			return fmt.Errorf("cdc: table state: %w", r.err)
+		}
+		return fmt.Errorf("cdc: table state version %d, want %d", v, tableStateVersion)
+	}
+	var out TableState
+	n := r.count()
+	for range n {
+		var b Barrier
+		b.Seq = r.string()
+		b.Pos.Flow = r.string()
+		b.Pos.Topic = r.string()
+		b.Pos.File = r.string()
+		part := r.varint()
+		if part < math.MinInt32 || part > math.MaxInt32 {
+			r.fail()
+		}
+		b.Pos.Partition = int32(part)
+		b.Pos.Offset = r.varint()
+		b.Seen = time.UnixMicro(r.varint()).UTC()
+		out.Truncates = append(out.Truncates, b)
+	}
+	if r.err == nil && r.buf != "" {
+		r.fail()
+	}
+	if r.err != nil {
+		return fmt.Errorf("cdc: table state: %w", r.err)
+	}
+	*t = out
+	return nil
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+var errMalformed = errors.New("malformed encoding")
+
+// reader reads the serialized forms; the first error sticks.
+type reader struct {
+	buf string
+	err error
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errMalformed
+	}
+	r.buf = ""
+}
+
+func (r *reader) byte() byte {
+	if r.buf == "" {
+		r.fail()
+		return 0
+	}
+	b := r.buf[0]
+	r.buf = r.buf[1:]
+	return b
+}
+
+func (r *reader) uvarint() uint64 {
+	var x uint64
+	var s uint
+	for i := 0; i < binary.MaxVarintLen64; i++ {
+		if i >= len(r.buf) {
+			r.fail()
+			return 0
+		}
+		b := r.buf[i]
+		if b < 0x80 {
+			if i == binary.MaxVarintLen64-1 && b > 1 {
+				r.fail()
+				return 0
+			}
+			r.buf = r.buf[i+1:]
+			return x | uint64(b)<<s
+		}
+		x |= uint64(b&0x7f) << s
+		s += 7
+	}
+	r.fail()
+	return 0
+}
+
+func (r *reader) varint() int64 {
+	ux := r.uvarint()
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	return x
+}
+
+// count reads a length that must fit in what is left.
+func (r *reader) count() int {
+	n := r.uvarint()
+	if n > uint64(len(r.buf)) {
+		r.fail()
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) string() string {
+	n := r.count()
+	s := r.buf[:n]
+	r.buf = r.buf[n:]
+	return s
+}
+
+func (r *reader) fixed64() uint64 {
+	if len(r.buf) < 8 {
+		r.fail()
+		return 0
+	}
+	x := binary.LittleEndian.Uint64([]byte(r.buf[:8]))
+	r.buf = r.buf[8:]
+	return x
+}
+
+// equalEvents reports whether two event lists are the same state.
+func equalEvents(a, b []event) bool {
+	return slices.EqualFunc(a, b, func(x, y event) bool {
+		return x.seq == y.seq && x.pos == y.pos && x.del == y.del && x.seen == y.seen && slices.Equal(x.vals, y.vals)
+	})
+}

@@ -1,0 +1,272 @@
+package cdc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+func TestKeyStateRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		kinds := []vkind{vNull, vAbsent, vInt, vFloat, vBool, vStr, vBytes, vDec}
+		ncols := rapid.IntRange(0, 4).Draw(t, "cols")
+		s := &KeyState{}
+		for c := range ncols {
+			s.cols = append(s.cols, string(rune('a'+c)))
+		}
+		for range rapid.IntRange(0, 5).Draw(t, "events") {
+			e := event{
+				seq:  rapid.String().Draw(t, "seq"),
+				del:  rapid.Bool().Draw(t, "del"),
+				seen: rapid.Int64().Draw(t, "seen"),
+				row:  -1,
+				pos: Position{
+					Flow:      rapid.SampledFrom([]string{"f", "g"}).Draw(t, "flow"),
+					Topic:     rapid.SampledFrom([]string{"", "t"}).Draw(t, "topic"),
+					Partition: rapid.Int32().Draw(t, "partition"),
+					File:      rapid.SampledFrom([]string{"", "x/y.parquet"}).Draw(t, "file"),
+					Offset:    rapid.Int64().Draw(t, "offset"),
+				},
+			}
+			if !e.del {
+				for range ncols {
+					v := value{k: rapid.SampledFrom(kinds).Draw(t, "kind")}
+					switch v.k {
+					case vInt, vFloat:
+						v.i = rapid.Int64().Draw(t, "i")
+					case vBool:
+						v.i = int64(rapid.IntRange(0, 1).Draw(t, "b"))
+					case vStr, vBytes:
+						v.s = rapid.String().Draw(t, "s")
+					case vDec:
+						v.i, v.h = rapid.Int64().Draw(t, "lo"), rapid.Int64().Draw(t, "hi")
+					}
+					e.vals = append(e.vals, v)
+				}
+			}
+			s.events = append(s.events, e)
+		}
+		data, err := s.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := &KeyState{}
+		if err := back.UnmarshalBinary(data); err != nil {
+			t.Fatal(err)
+		}
+		if !equalEvents(s.events, back.events) || len(s.cols) != len(back.cols) {
+			t.Fatalf("round trip changed the state:\n%+v\n%+v", s, back)
+		}
+		again, _ := back.MarshalBinary()
+		if !bytes.Equal(data, again) {
+			t.Fatal("encoding is not stable")
+		}
+		// Every truncation is an error, never a panic.
+		for n := range len(data) {
+			if err := (&KeyState{}).UnmarshalBinary(data[:n]); err == nil {
+				t.Fatalf("a state cut at %d of %d bytes decoded", n, len(data))
+			}
+		}
+	})
+}
+
+func TestKeyStateGarbage(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		data := rapid.SliceOf(rapid.Byte()).Draw(t, "data")
+		_ = (&KeyState{}).UnmarshalBinary(data) // must not panic
+		_ = (&TableState{}).UnmarshalBinary(data)
+	})
+}
+
+func TestTableStateRoundTrip(t *testing.T) {
+	for _, ts := range []TableState{
+		{},
+		{Truncates: []Barrier{{Seq: "\x80\x00", Pos: Position{Flow: "f", Topic: "t", Partition: 3, Offset: 9}, Seen: t0}}},
+		{Truncates: []Barrier{
+			{Seq: "a", Pos: Position{Flow: "f", File: "x.jsonl", Offset: 2}, Seen: t0},
+			{Seq: "b", Pos: Position{Flow: "g"}, Seen: t0.Add(time.Hour)},
+		}},
+	} {
+		data, err := ts.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back TableState
+		if err := back.UnmarshalBinary(data); err != nil {
+			t.Fatal(err)
+		}
+		if !equalBarriers(ts.Truncates, back.Truncates) {
+			t.Fatalf("round trip: %+v, got %+v", ts, back)
+		}
+	}
+}
+
+// countingStore counts reads and can fail.
+type countingStore struct {
+	*MemStore
+	gets int
+	fail error
+}
+
+func (s *countingStore) Get(ctx context.Context, keys []string) (map[string]*KeyState, error) {
+	s.gets++
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	return s.MemStore.Get(ctx, keys)
+}
+
+func TestCache(t *testing.T) {
+	ctx := t.Context()
+	st := &countingStore{MemStore: NewMemStore()}
+	e, err := New(f1("f"), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][]any
+	var pos []Position
+	for i := range 10 {
+		rows = append(rows, U(i, "some name", 1))
+		pos = append(pos, Position{Flow: "f", Topic: "t", Offset: int64(i)})
+	}
+	out, err := e.Apply(ctx, Input{Batch: mkBatch(f1Source, rows), Positions: pos, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(out); err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, len(out.States))
+	for i, kc := range out.States {
+		keys[i] = kc.Key
+	}
+	one := cacheItemOverhead + int64(len(keys[0])) + out.States[0].State.Size()
+	st.gets = 0
+
+	c := NewCache(st, 3*one)
+	got, err := c.Get(ctx, keys)
+	if err != nil || len(got) != 10 || st.gets != 1 {
+		t.Fatalf("Get: %d states, %v, %d reads", len(got), err, st.gets)
+	}
+	if c.Len() != 3 || c.Bytes() > 3*one {
+		t.Fatalf("cache holds %d keys, %d bytes; want 3 keys within %d", c.Len(), c.Bytes(), 3*one)
+	}
+	// The three most recent are served without a read.
+	if _, err := c.Get(ctx, keys[7:]); err != nil || st.gets != 1 {
+		t.Fatalf("hits read the store: %d reads, %v", st.gets, err)
+	}
+	// Touching keys[7] makes keys[8] the least recent.
+	if _, err := c.Get(ctx, keys[7:8]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, []string{keys[0]}); err != nil || st.gets != 2 {
+		t.Fatalf("miss: %d reads, %v", st.gets, err)
+	}
+	if _, err := c.Get(ctx, []string{keys[8]}); err != nil || st.gets != 3 {
+		t.Fatalf("keys[8] should have been evicted: %d reads", st.gets)
+	}
+	// Keys without state are remembered too.
+	if _, err := c.Get(ctx, []string{"nope"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Get(ctx, []string{"nope"}); len(got) != 0 || st.gets != 4 {
+		t.Fatalf("absent key: %v, %d reads", got, st.gets)
+	}
+	// Commit replaces, a nil state removes.
+	c.Commit(&Output{States: []KeyChange{{Key: "nope", State: out.States[0].State}, {Key: keys[0]}}})
+	got, _ = c.Get(ctx, []string{"nope", keys[0]})
+	if got["nope"] != out.States[0].State || got[keys[0]] != nil || st.gets != 4 {
+		t.Fatalf("after commit: %v, %d reads", got, st.gets)
+	}
+	// Errors are wrapped once; Reset forgets.
+	c.Reset()
+	st.fail = errors.New("boom")
+	if _, err := c.Get(ctx, keys[:1]); err == nil || !errors.Is(err, st.fail) {
+		t.Fatalf("Get = %v, want the store's error", err)
+	}
+	if c.Len() != 0 || c.Bytes() != 0 {
+		t.Fatalf("after Reset: %d keys, %d bytes", c.Len(), c.Bytes())
+	}
+}
+
+func TestCacheTable(t *testing.T) {
+	st := NewMemStore()
+	ts := TableState{Truncates: []Barrier{{Seq: "x", Seen: t0}}}
+	if err := st.Commit(&Output{Table: &ts}); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCache(st, 1<<10)
+	got, err := c.Table(t.Context())
+	if err != nil || got.Newest() == nil || got.Newest().Seq != "x" {
+		t.Fatalf("Table = %+v, %v", got, err)
+	}
+	c.Commit(&Output{Table: &TableState{Truncates: []Barrier{{Seq: "y"}}}})
+	if got, _ := c.Table(t.Context()); got.Newest().Seq != "y" {
+		t.Fatalf("after commit: %+v", got)
+	}
+}
+
+func TestOrderedEncoding(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		kind := rapid.SampledFrom([]batch.Type{batch.Int64, batch.String, batch.Float64, batch.Decimal(38, 3), batch.Bool, batch.Bytes}).Draw(t, "type")
+		v := batch.NewVector(kind, 2)
+		for range 2 {
+			switch kind.Kind {
+			case batch.KindInt64:
+				v.AppendInt(rapid.Int64().Draw(t, "i"))
+			case batch.KindString:
+				v.AppendString(rapid.StringOf(rapid.RuneFrom([]rune{0, 1, 'a', 0xFF, 'é'})).Draw(t, "s"))
+			case batch.KindBytes:
+				v.AppendBytes(rapid.SliceOf(rapid.SampledFrom([]byte{0, 1, 0xFF})).Draw(t, "b"))
+			case batch.KindFloat64:
+				v.AppendFloat(rapid.Float64().Draw(t, "f"))
+			case batch.KindBool:
+				v.AppendBool(rapid.Bool().Draw(t, "b"))
+			case batch.KindDecimal:
+				v.AppendDecimal(batch.Dec128{Hi: rapid.Int64Range(-3, 3).Draw(t, "hi"), Lo: rapid.Uint64().Draw(t, "lo")})
+			}
+		}
+		x, y := appendOrdered(nil, v, 0), appendOrdered(nil, v, 1)
+		var want int
+		switch kind.Kind {
+		case batch.KindInt64:
+			want = cmpOf(v.Ints[0] < v.Ints[1], v.Ints[0] > v.Ints[1])
+		case batch.KindString:
+			want = cmpOf(v.Strs[0] < v.Strs[1], v.Strs[0] > v.Strs[1])
+		case batch.KindBytes:
+			want = bytes.Compare(v.Bytes[0], v.Bytes[1])
+		case batch.KindFloat64:
+			a, b := v.Floats[0], v.Floats[1]
+			want = cmpOf(a < b, a > b)
+		case batch.KindBool:
+			want = cmpOf(!v.Bools[0] && v.Bools[1], v.Bools[0] && !v.Bools[1])
+		case batch.KindDecimal:
+			want = v.Decs[0].Cmp(v.Decs[1])
+		}
+		if got := bytes.Compare(x, y); got != want {
+			t.Fatalf("encodings of %v and %v compare %d, want %d", v.Value(0), v.Value(1), got, want)
+		}
+		if kind.Kind == batch.KindString || kind.Kind == batch.KindInt64 || kind.Kind == batch.KindDecimal {
+			back, err := decodeOrdered([]batch.Type{kind}, string(x))
+			if err != nil || back[0] != readValue(v, 0) {
+				t.Fatalf("decode of %v: %v, %v", v.Value(0), back, err)
+			}
+		}
+	})
+}
+
+func cmpOf(less, greater bool) int {
+	switch {
+	case less:
+		return -1
+	case greater:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,277 @@
+package cdc
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+)
+
+// StateStore reads the committed state of a target back from where the
+// sink keeps it (hidden state in the destination). Sinks implement it;
+// Cache sits in front of it.
+type StateStore interface {
+	// Get returns the committed state of those keys that have one; keys
+	// without state are absent from the map. Keys are the encodings of
+	// Rows.Keys and KeyChange.Key. The states returned must not be
+	// modified.
+	Get(ctx context.Context, keys []string) (map[string]*KeyState, error)
+	// Table returns the committed table-wide state (the zero value when
+	// there is none).
+	Table(ctx context.Context) (TableState, error)
+}
+
+// Cache is a StateStore that keeps recently used key states in memory,
+// bounded in bytes, in front of the sink's store. It only ever holds
+// committed state: Commit it with an Output after the load that wrote the
+// Output committed, and Reset it when a load's outcome is unknown, after a
+// full refresh, or when the target's lease was lost. A Cache is safe for
+// concurrent use; share one per target between the flows that write it.
+type Cache struct {
+	store StateStore
+	max   int64
+
+	mu    sync.Mutex
+	used  int64
+	items map[string]*cacheItem
+	head  cacheItem // sentinel of the LRU ring: head.next is the most recent
+	table *TableState
+}
+
+type cacheItem struct {
+	key        string
+	state      *KeyState // nil: known to have no state
+	size       int64
+	prev, next *cacheItem
+}
+
+// cacheItemOverhead is the bookkeeping each cached key costs besides its
+// state: the item and its map entry.
+const cacheItemOverhead = int64(unsafe.Sizeof(cacheItem{})) + 48
+
+// NewCache returns a cache over store holding at most maxBytes of states
+// (estimated by KeyState.Size). maxBytes <= 0 caches nothing.
+func NewCache(store StateStore, maxBytes int64) *Cache {
+	c := &Cache{store: store, max: maxBytes, items: map[string]*cacheItem{}}
+	c.head.prev, c.head.next = &c.head, &c.head
+	return c
+}
+
+// Get returns the states of keys, reading the ones it does not hold from
+// the store and keeping them.
+func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, error) {
+	out := make(map[string]*KeyState, len(keys))
+	var miss []string
+	c.mu.Lock()
+	for _, k := range keys {
+		if it, ok := c.items[k]; ok {
+			c.touch(it)
+			if it.state != nil {
+				out[k] = it.state
+			}
+			continue
+		}
+		miss = append(miss, k)
+	}
+	c.mu.Unlock()
+	if len(miss) == 0 {
+		return out, nil
+	}
+	got, err := c.store.Get(ctx, miss)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range miss {
+		s := got[k]
+		if it, ok := c.items[k]; ok { // a Commit in between is newer
+			s = it.state
+		} else {
+			c.put(k, s)
+		}
+		if s != nil {
+			out[k] = s
+		}
+	}
+	return out, nil
+}
+
+// Table returns the table state, reading it from the store once.
+func (c *Cache) Table(ctx context.Context) (TableState, error) {
+	c.mu.Lock()
+	if c.table != nil {
+		t := *c.table
+		c.mu.Unlock()
+		return t, nil
+	}
+	c.mu.Unlock()
+	t, err := c.store.Table(ctx)
+	if err != nil {
+		return TableState{}, err
+	}
+	c.mu.Lock()
+	if c.table == nil {
+		c.table = &t
+	}
+	t = *c.table
+	c.mu.Unlock()
+	return t, nil
+}
+
+// Commit records the states of a committed Output.
+func (c *Cache) Commit(out *Output) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, kc := range out.States {
+		c.put(kc.Key, kc.State)
+	}
+	if out.Table != nil {
+		t := *out.Table
+		c.table = &t
+	}
+}
+
+// Reset forgets everything.
+func (c *Cache) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.items)
+	c.head.prev, c.head.next = &c.head, &c.head
+	c.used = 0
+	c.table = nil
+}
+
+// Bytes returns the estimated bytes held.
+func (c *Cache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.used
+}
+
+// Len returns the number of keys held, with or without state.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.items)
+}
+
+func (c *Cache) put(key string, s *KeyState) {
+	if it, ok := c.items[key]; ok {
+		c.unlink(it)
+		delete(c.items, key)
+		c.used -= it.size
+	}
+	size := cacheItemOverhead + int64(len(key)) + s.Size()
+	if size > c.max {
+		return
+	}
+	it := &cacheItem{key: key, state: s, size: size}
+	c.items[key] = it
+	c.used += size
+	c.link(it)
+	for c.used > c.max {
+		old := c.head.prev
+		c.unlink(old)
+		delete(c.items, old.key)
+		c.used -= old.size
+	}
+}
+
+func (c *Cache) touch(it *cacheItem) {
+	c.unlink(it)
+	c.link(it)
+}
+
+func (c *Cache) link(it *cacheItem) {
+	it.prev, it.next = &c.head, c.head.next
+	c.head.next.prev = it
+	c.head.next = it
+}
+
+func (c *Cache) unlink(it *cacheItem) {
+	it.prev.next = it.next
+	it.next.prev = it.prev
+	it.prev, it.next = nil, nil
+}
+
+// MemStore is a StateStore in memory that keeps states in their serialized
+// form, the way a sink does: for tests and for embedding. Commit it with an
+// Output the way a sink commits a load.
+type MemStore struct {
+	mu    sync.Mutex
+	keys  map[string][]byte
+	table []byte
+}
+
+// NewMemStore returns an empty store.
+func NewMemStore() *MemStore { return &MemStore{keys: map[string][]byte{}} }
+
+// Get implements StateStore.
+func (m *MemStore) Get(_ context.Context, keys []string) (map[string]*KeyState, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]*KeyState, len(keys))
+	for _, k := range keys {
+		data, ok := m.keys[k]
+		if !ok {
+			continue
+		}
+		s := &KeyState{}
+		if err := s.UnmarshalBinary(data); err != nil {
+			return nil, fmt.Errorf("key %x: %w", k, err)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// Table implements StateStore.
+func (m *MemStore) Table(context.Context) (TableState, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var t TableState
+	if m.table == nil {
+		return t, nil
+	}
+	err := t.UnmarshalBinary(m.table)
+	return t, err
+}
+
+// Commit stores the states of out.
+func (m *MemStore) Commit(out *Output) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, kc := range out.States {
+		if kc.State == nil {
+			delete(m.keys, kc.Key)
+			continue
+		}
+		data, err := kc.State.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		m.keys[kc.Key] = data
+	}
+	if out.Table != nil {
+		data, err := out.Table.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		m.table = data
+	}
+	return nil
+}
+
+// Keys returns the keys that have state, sorted.
+func (m *MemStore) Keys() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.keys))
+	for k := range m.keys {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
