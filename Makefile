@@ -1,0 +1,26 @@
+# sluice: `make test` runs every test; `make bench` the benchmarks.
+GO        ?= go
+# Packages with concurrency run under the race detector.
+RACE_PKGS := ./consumer/... ./sinks/... ./flows/...
+
+.PHONY: all build test test-unit test-race test-integration bench fmt vet demo
+
+all: build
+
+build:
+	$(GO) build -o bin/sluice ./cmd/sluice
+
+test: vet
+	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (gofmt -l . && echo "gofmt: files above need formatting" && exit 1)
+	$(GO) vet ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./integration/ -timeout 30m
+	$(GO) test -run '^$$' -bench . -benchmem ./flows/decode/ ./sinks/local/ -timeout 30m
+
+demo:
+	$(GO) run ./cmd/sluice demo

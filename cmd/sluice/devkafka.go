@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/consumer/devkafka"
+)
+
+func newDevKafka(g *globals) *cobra.Command {
+	var (
+		addr    string
+		topics  []string
+		dataDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev-kafka",
+		Short: "Run an embedded Kafka-protocol broker for local development and tests",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg := devkafka.Config{Addr: addr, DataDir: dataDir, Topics: map[string]int32{}, Logger: log}
+			for _, t := range topics {
+				name, parts, err := devkafka.ParseTopic(t)
+				if err != nil {
+					return usageErr("--topic %q: %v", t, err)
+				}
+				cfg.Topics[name] = parts
+			}
+			b, err := devkafka.Start(cfg)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			fmt.Fprintf(g.stdout, "dev-kafka listening on %s\n", b.Addr())
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:9092", "listen address (port 0 picks a free port)")
+	cmd.Flags().StringArrayVar(&topics, "topic", nil, "create a topic NAME[:PARTITIONS] (repeatable)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the log in this folder so it survives a restart (default in memory)")
+	return cmd
+}

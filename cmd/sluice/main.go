@@ -1,0 +1,155 @@
+// Command sluice runs declarative data pipelines next to Kafka.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/flows/spec"
+)
+
+// Exit codes of the contract: 0 success, 1 a run stopped, 2 invalid spec or usage.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// exitError carries an exit code up to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var problems spec.Problems
+	if errors.As(err, &problems) {
+		fmt.Fprintln(stderr, problems.Error())
+		fmt.Fprintf(stderr, "spec invalid: %d problem(s)\n", len(problems))
+		return exitUsage
+	}
+	fmt.Fprintln(stderr, "sluice:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if isUsageError(err) {
+		return exitUsage
+	}
+	return exitFail
+}
+
+// isUsageError recognises cobra's own argument and flag errors.
+func isUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "flag needs an argument",
+		"invalid argument", "accepts ", "requires at least", "requires at most", "required flag"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+type globals struct {
+	stdout, stderr io.Writer
+	specPath       string
+	logLevel       string
+	logFormat      string
+
+	// Hidden knobs for tests that kill processes: shorter heartbeats make a
+	// killed run's heartbeat expire sooner.
+	heartbeatEvery time.Duration
+	heartbeatTTL   time.Duration
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Declarative data pipelines next to Kafka: append and CDC flows into ClickHouse or Parquet, exactly once",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVarP(&g.specPath, "file", "f", "sluice.yaml", "pipeline spec")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_LOG_LEVEL)")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", envOr("SLUICE_LOG_FORMAT", "text"), "text or json (env SLUICE_LOG_FORMAT)")
+	root.PersistentFlags().DurationVar(&g.heartbeatEvery, "heartbeat-every", flows.DefaultHeartbeatEvery, "how often the heartbeat is renewed")
+	root.PersistentFlags().DurationVar(&g.heartbeatTTL, "heartbeat-ttl", flows.DefaultHeartbeatTTL, "how long a heartbeat outlives its last renewal")
+	_ = root.PersistentFlags().MarkHidden("heartbeat-every")
+	_ = root.PersistentFlags().MarkHidden("heartbeat-ttl")
+	root.AddCommand(
+		newValidate(g),
+		newUpdate(g),
+		newRun(g),
+		newStatus(g),
+		newShow(g),
+		newDevKafka(g),
+		newDemo(g),
+	)
+	return root
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globals) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usageErr("--log-level %q: %v", g.logLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(g.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(g.stderr, opts)), nil
+	}
+	return nil, usageErr("--log-format %q: text or json", g.logFormat)
+}
+
+// loadSpec reads and validates the spec named by -f.
+func (g *globals) loadSpec() (*spec.Pipeline, error) {
+	if _, err := os.Stat(g.specPath); err != nil {
+		return nil, usageErr("spec %s: %v", g.specPath, errors.Unwrap(err))
+	}
+	return spec.Load(g.specPath)
+}

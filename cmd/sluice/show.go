@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/render"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+func newShow(g *globals) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "show TABLE",
+		Short: "Print the logical content of a table (a target, _sluice_loads or _sluice_dead_letters)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(render.Formats, format) {
+				return usageErr("--format %q: one of %s", format, strings.Join(render.Formats, ", "))
+			}
+			return g.show(cmd.Context(), args[0], format)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "table", "table, jsonl or csv")
+	return cmd
+}
+
+func (g *globals) show(ctx context.Context, table, format string) error {
+	p, err := g.loadSpec()
+	if err != nil {
+		return err
+	}
+	var sortBy []string
+	switch table {
+	case batch.LoadsTable:
+		sortBy = []string{"committed_at", "load_id"}
+	case batch.DeadLettersTable:
+		sortBy = []string{"at", "flow", "source", "position"}
+	default:
+		t := p.Table(table)
+		if t == nil {
+			return usageErr("unknown table %q: not a table of the spec, %s or %s", table, batch.LoadsTable, batch.DeadLettersTable)
+		}
+		sortBy = t.Schema.Names()
+	}
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	sink, err := flows.OpenSink(ctx, p, log)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	b, err := sink.Scan(ctx, table)
+	if errors.Is(err, sinks.ErrUnknownTable) {
+		return usageErr("unknown table %q: it has no data yet (run sluice update first)", table)
+	}
+	if err != nil {
+		return err
+	}
+	idx := make([]int, 0, len(sortBy))
+	for _, name := range sortBy {
+		if i := b.Schema.Index(name); i >= 0 {
+			idx = append(idx, i)
+		}
+	}
+	render.Sort(b, idx)
+	return render.Write(g.stdout, b, format)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/flows"
+)
+
+func newUpdate(g *globals) *cobra.Command {
+	var retryFor time.Duration
+	cmd := &cobra.Command{
+		Use:   "update",
+		Short: "Process everything available when it starts, commit, exit 0",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.execute(cmd.Context(), flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor})
+		},
+	}
+	cmd.Flags().DurationVar(&retryFor, "retry-for", flows.DefaultRetryFor, "give up on a destination still failing after this long")
+	return cmd
+}
+
+func newRun(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Run continuously until SIGINT/SIGTERM, then drain, commit and exit 0",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.execute(cmd.Context(), flows.Options{Mode: flows.ModeRun})
+		},
+	}
+}
+
+func (g *globals) execute(ctx context.Context, opts flows.Options) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	p, err := g.loadSpec()
+	if err != nil {
+		return err
+	}
+	// The sink outlives the signal: a drain after SIGTERM still commits.
+	sink, err := flows.OpenSink(context.WithoutCancel(ctx), p, log)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	opts.Logger = log
+	opts.HeartbeatEvery, opts.HeartbeatTTL = g.heartbeatEvery, g.heartbeatTTL
+	err = flows.Execute(ctx, p, sink, opts)
+	if opts.Mode == flows.ModeRun && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}

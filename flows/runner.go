@@ -1,0 +1,310 @@
+package flows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// Mode says how long a runner goes on.
+type Mode int
+
+const (
+	// ModeUpdate processes what exists when it starts (Kafka up to the last
+	// stable offsets read at start), commits and returns (sluice update).
+	ModeUpdate Mode = iota
+	// ModeRun goes on until its context is cancelled, then drains the batches
+	// in flight, commits and returns (sluice run).
+	ModeRun
+)
+
+func (m Mode) String() string {
+	if m == ModeRun {
+		return "run"
+	}
+	return "update"
+}
+
+// Defaults of Options.
+const (
+	DefaultRetryFor       = 5 * time.Minute
+	DefaultHeartbeatEvery = 3 * time.Second
+	DefaultHeartbeatTTL   = 10 * time.Second
+)
+
+// Options configure Execute.
+type Options struct {
+	Mode   Mode
+	Logger *slog.Logger // nil discards
+
+	// RetryFor bounds how long update retries a destination that keeps
+	// failing with retryable errors; default DefaultRetryFor. run retries
+	// without end.
+	RetryFor time.Duration
+
+	// HeartbeatEvery is how often the process renews its heartbeat in the
+	// destination (default DefaultHeartbeatEvery); a heartbeat expires
+	// HeartbeatTTL after its last renewal (default DefaultHeartbeatTTL).
+	HeartbeatEvery time.Duration
+	HeartbeatTTL   time.Duration
+
+	// Consumer, when set, adjusts each flow's consumer configuration after
+	// sluice derived it from the spec (tests shorten timeouts with it).
+	Consumer func(*consumer.Config)
+}
+
+// ErrRunAlive is returned by an update while a run of the pipeline is alive.
+var ErrRunAlive = errors.New("a sluice run of this pipeline is alive")
+
+// Execute runs every flow of the pipeline against the sink in the given mode.
+// It returns when all flows finished (update), or when ctx is cancelled and
+// the flows drained (run). Errors of several flows are all returned.
+func Execute(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, opts Options) error {
+	r := newRunner(p, sink, opts)
+	return r.execute(ctx)
+}
+
+type runner struct {
+	p    *spec.Pipeline
+	sink sinks.Sink
+	opts Options
+	log  *slog.Logger
+	id   string
+}
+
+func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
+	if opts.RetryFor <= 0 {
+		opts.RetryFor = DefaultRetryFor
+	}
+	if opts.HeartbeatEvery <= 0 {
+		opts.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if opts.HeartbeatTTL <= 0 {
+		opts.HeartbeatTTL = DefaultHeartbeatTTL
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &runner{p: p, sink: sink, opts: opts, log: log.With("pipeline", p.Pipeline), id: newLoadID()}
+}
+
+func (r *runner) execute(ctx context.Context) error {
+	var kafkaFlows []*spec.Flow
+	for i := range r.p.Flows {
+		f := &r.p.Flows[i]
+		switch {
+		case f.Kind == spec.KindAppend && f.Source.Kafka != nil:
+			kafkaFlows = append(kafkaFlows, f)
+		default:
+			return fmt.Errorf("flow %s: %s flows from %s sources are not supported by this version of sluice", f.Name, f.Kind, sourceKind(f))
+		}
+	}
+
+	if err := r.sink.Ensure(ctx, Tables(r.p)); err != nil {
+		return err
+	}
+	if err := r.gate(ctx); err != nil {
+		return err
+	}
+	stopBeat, err := r.startHeartbeat(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopBeat()
+
+	if _, err := r.sink.Recover(ctx); err != nil {
+		return err
+	}
+
+	flowCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		errs *multierror.Error
+		wg   sync.WaitGroup
+	)
+	for _, f := range kafkaFlows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.runKafkaFlow(flowCtx, f); err != nil {
+				mu.Lock()
+				errs = multierror.Append(errs, fmt.Errorf("flow %s: %w", f.Name, err))
+				mu.Unlock()
+				if r.opts.Mode == ModeRun {
+					cancel() // a continuous run stops as a whole so that its supervisor sees it
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errs.ErrorOrNil()
+}
+
+func sourceKind(f *spec.Flow) string {
+	switch {
+	case f.Source.Kafka != nil:
+		return "kafka"
+	case f.Source.Files != nil:
+		return "files"
+	case f.Source.Snapshots != nil:
+		return "snapshots"
+	}
+	return "unknown"
+}
+
+// Tables returns the destination tables the pipeline's spec resolves.
+func Tables(p *spec.Pipeline) []sinks.Table {
+	out := make([]sinks.Table, 0, len(p.Tables))
+	for _, t := range p.Tables {
+		out = append(out, sinks.Table{Name: t.Name, Schema: t.Schema, OrderBy: t.OrderBy, PartitionBy: t.PartitionBy})
+	}
+	return out
+}
+
+// gate keeps update and run apart: an update refuses to start while a run is
+// alive and waits out a run heartbeat that stopped; a run waits while an
+// update is alive.
+func (r *runner) gate(ctx context.Context) error {
+	for {
+		hbs, err := r.sink.Heartbeats(ctx, r.p.Pipeline, time.Now())
+		if err != nil {
+			return err
+		}
+		var other []sinks.Heartbeat
+		for _, hb := range hbs {
+			if hb.ID == r.id {
+				continue
+			}
+			if r.opts.Mode == ModeUpdate && hb.Kind == ModeRun.String() ||
+				r.opts.Mode == ModeRun && hb.Kind == ModeUpdate.String() {
+				other = append(other, hb)
+			}
+		}
+		if len(other) == 0 {
+			return nil
+		}
+		// Renewed since the last look: alive. Otherwise wait one renewal
+		// period and look again; a stopped heartbeat is waited out until it
+		// expires.
+		hb := other[0]
+		r.log.Info("heartbeat of another process found; checking whether it is alive",
+			"kind", hb.Kind, "host", hb.Host, "pid", hb.PID, "last_beat", hb.BeatAt)
+		if err := sleep(ctx, r.opts.HeartbeatEvery+time.Second); err != nil {
+			return err
+		}
+		again, err := r.sink.Heartbeats(ctx, r.p.Pipeline, time.Now())
+		if err != nil {
+			return err
+		}
+		for _, h2 := range again {
+			if h2.ID != hb.ID || !h2.BeatAt.After(hb.BeatAt) {
+				continue
+			}
+			if r.opts.Mode == ModeUpdate {
+				return fmt.Errorf("%w (pid %d on %s, heartbeat renewed %s ago): stop it first; a run already processes everything that arrives",
+					ErrRunAlive, h2.PID, h2.Host, time.Since(h2.BeatAt).Round(time.Second))
+			}
+			r.log.Info("waiting for a sluice update of this pipeline to finish", "host", h2.Host, "pid", h2.PID)
+		}
+	}
+}
+
+func (r *runner) startHeartbeat(ctx context.Context) (stop func(), err error) {
+	host, _ := os.Hostname()
+	beat := func(ctx context.Context) error {
+		now := time.Now()
+		return r.sink.Beat(ctx, sinks.Heartbeat{
+			Pipeline: r.p.Pipeline, ID: r.id, Kind: r.opts.Mode.String(), Host: host, PID: os.Getpid(),
+			BeatAt: now, Expires: now.Add(r.opts.HeartbeatTTL),
+		})
+	}
+	if err := beat(ctx); err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(r.opts.HeartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := beat(context.WithoutCancel(ctx)); err != nil {
+					r.log.Warn("heartbeat not renewed", "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		if err := r.sink.EndBeat(context.WithoutCancel(ctx), r.p.Pipeline, r.id); err != nil {
+			r.log.Warn("heartbeat not removed; it expires by itself", "err", err)
+		}
+	}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// retry runs op until it succeeds, fails with an error the sink does not
+// classify as retryable, or (in update mode) RetryFor has passed. Retryable
+// failures are logged at Warn with a growing backoff.
+func (r *runner) retry(ctx context.Context, what string, op func(context.Context) error) error {
+	classify, _ := r.sink.(interface{ Retryable(error) bool })
+	start := time.Now()
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil || classify == nil || !classify.Retryable(err) {
+			return err
+		}
+		if r.opts.Mode == ModeUpdate && time.Since(start) > r.opts.RetryFor {
+			return fmt.Errorf("%s: still failing after %s: %w", what, r.opts.RetryFor, err)
+		}
+		r.log.Warn("destination failing; retrying", "op", what, "attempt", attempt, "backoff", backoff, "err", err)
+		if serr := sleep(ctx, backoff); serr != nil {
+			return err
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// kafkaPositions reads the ledger positions of one flow from the destination.
+func (r *runner) kafkaPositions(ctx context.Context, flow string) (map[batch.TopicPartition]int64, error) {
+	var led *batch.Ledger
+	err := r.retry(ctx, "read ledger", func(ctx context.Context) error {
+		var err error
+		led, err = r.sink.Ledger(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return led.KafkaPositions(flow), nil
+}

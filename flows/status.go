@@ -1,0 +1,126 @@
+package flows
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// Report is what `sluice status` shows.
+type Report struct {
+	Pipeline   string            `json:"pipeline"`
+	Processes  []sinks.Heartbeat `json:"processes"`
+	Flows      []FlowReport      `json:"flows"`
+	LoadsTotal int               `json:"loads_total"`
+}
+
+// FlowReport is one flow's state.
+type FlowReport struct {
+	Name        string              `json:"name"`
+	Kind        string              `json:"kind"`
+	Target      string              `json:"target"`
+	Source      string              `json:"source"`
+	Loads       int                 `json:"loads"`
+	Rows        int64               `json:"rows"`
+	DeadLetters int64               `json:"dead_letters"`
+	LastLoadAt  *time.Time          `json:"last_load_at,omitempty"`
+	Partitions  []PartitionProgress `json:"partitions,omitempty"`
+	LagError    string              `json:"lag_error,omitempty"`
+}
+
+// PartitionProgress is a Kafka partition's ledger position and lag.
+type PartitionProgress struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Position  int64  `json:"position"` // next offset to read, from the ledger; -1 when none
+	End       int64  `json:"end"`      // the partition's last stable offset; -1 when unknown
+	Lag       int64  `json:"lag"`      // records not yet loaded; -1 when unknown
+}
+
+// Status reads the pipeline's state from the destination and, when reach is
+// true, the partitions' end offsets from Kafka.
+func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) (*Report, error) {
+	led, err := sink.Ledger(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hbs, err := sink.Heartbeats(ctx, p.Pipeline, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Pipeline: p.Pipeline, Processes: hbs, LoadsTotal: len(led.Loads)}
+	for i := range p.Flows {
+		f := &p.Flows[i]
+		fr := FlowReport{Name: f.Name, Kind: f.Kind, Target: f.Target, Source: sourceKind(f)}
+		for _, ld := range led.Loads {
+			if ld.Flow != f.Name {
+				continue
+			}
+			fr.Loads++
+			fr.Rows += ld.Rows
+			fr.DeadLetters += ld.DeadLetters
+			at := ld.CommittedAt
+			fr.LastLoadAt = &at
+		}
+		if f.Source.Kafka != nil {
+			fr.Source = "kafka:" + f.Source.Kafka.Topic
+			pos := led.KafkaPositions(f.Name)
+			var ends map[int32]int64
+			if reach {
+				cfg, err := consumerBase(p, f)
+				if err == nil {
+					ends, err = consumer.EndOffsets(ctx, cfg)
+				}
+				if err != nil {
+					fr.LagError = err.Error()
+				}
+			}
+			fr.Partitions = progress(f.Source.Kafka.Topic, pos, ends)
+		}
+		rep.Flows = append(rep.Flows, fr)
+	}
+	return rep, nil
+}
+
+func progress(topic string, pos map[batch.TopicPartition]int64, ends map[int32]int64) []PartitionProgress {
+	seen := map[int32]bool{}
+	var out []PartitionProgress
+	add := func(part int32) {
+		if seen[part] {
+			return
+		}
+		seen[part] = true
+		pp := PartitionProgress{Topic: topic, Partition: part, Position: -1, End: -1, Lag: -1}
+		if off, ok := pos[batch.TopicPartition{Topic: topic, Partition: part}]; ok {
+			pp.Position = off
+		}
+		if end, ok := ends[part]; ok {
+			pp.End = end
+			pp.Lag = end - max(pp.Position, 0)
+		}
+		out = append(out, pp)
+	}
+	for tp := range pos {
+		if tp.Topic == topic {
+			add(tp.Partition)
+		}
+	}
+	for part := range ends {
+		add(part)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out
+}
+
+// consumerBase is the consumer configuration of a flow without run-mode
+// details: enough to reach the brokers.
+func consumerBase(p *spec.Pipeline, f *spec.Flow) (consumer.Config, error) {
+	cfg := consumer.Config{Brokers: p.Kafka.Brokers, Group: p.FlowGroup(f), Topic: f.Source.Kafka.Topic,
+		ClientID: "sluice-" + p.Pipeline + "-status"}
+	return cfg, kafkaSecurity(&cfg, p.Kafka)
+}

@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestValidateListsEveryProblemWithItsLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	bad := `pipeline: Bad-Name
+kafka:
+  brokers: [127.0.0.1:9092]
+destination:
+  local: {path: ./data}
+tables:
+  - name: events
+    columns:
+      - {name: id, type: int65}
+      - {name: note, type: string, colour: red}
+flows:
+  - name: in
+    target: nowhere
+    kind: append
+    source: {kafka: {topic: events, format: json}}
+`
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := sluice(t, "validate", "-f", path)
+	if res.code != 2 {
+		t.Fatalf("validate: exit %d, want 2\n%s", res.code, res.stderr)
+	}
+	for _, want := range []struct {
+		line int
+		word string
+	}{{1, "pipeline"}, {9, "int65"}, {10, "colour"}, {13, "nowhere"}} {
+		re := regexp.MustCompile(`:` + strconv.Itoa(want.line) + `:.*` + regexp.QuoteMeta(want.word))
+		if !re.MatchString(res.stderr) {
+			t.Errorf("no problem at line %d naming %q in:\n%s", want.line, want.word, res.stderr)
+		}
+	}
+
+	good := writeSpec(t, "127.0.0.1:9092", 100)
+	if res := sluice(t, "validate", "-f", good); res.code != 0 {
+		t.Fatalf("valid spec: exit %d\n%s", res.code, res.stderr)
+	}
+}
+
+func TestShowFormatsAndUnknownTable(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, map[string]int32{"events": 1})
+	produce(t, b.Addr(), "events", 1, 3)
+	spec := writeSpec(t, b.Addr(), 100)
+	mustSluice(t, "update", "-f", spec)
+
+	got := mustSluice(t, "show", "-f", spec, "events", "--format", "jsonl").stdout
+	rows := jsonl(t, got)
+	if len(rows) != 2 {
+		t.Fatalf("jsonl rows: %d, want 2\n%s", len(rows), got)
+	}
+	first := strings.SplitN(got, "\n", 2)[0]
+	wantPrefix := `{"id":1,"name":"n-1","amount":"1.01","at":"2026-03-01T10:00:01.5Z","_sluice_load_id":`
+	if !strings.HasPrefix(first, wantPrefix) {
+		t.Fatalf("first jsonl row\n%s\nwant prefix\n%s", first, wantPrefix)
+	}
+
+	csv := mustSluice(t, "show", "-f", spec, "events", "--format", "csv").stdout
+	lines := strings.Split(strings.TrimSpace(csv), "\n")
+	if lines[0] != "id,name,amount,at,_sluice_load_id" || !strings.HasPrefix(lines[1], "1,n-1,1.01,2026-03-01T10:00:01.5Z,") || len(lines) != 3 {
+		t.Fatalf("csv:\n%s", csv)
+	}
+	table := mustSluice(t, "show", "-f", spec, "events").stdout
+	if !strings.Contains(table, "n-2") || !strings.Contains(table, "amount") {
+		t.Fatalf("table format:\n%s", table)
+	}
+
+	if res := sluice(t, "show", "-f", spec, "nope"); res.code != 2 {
+		t.Fatalf("show of an unknown table: exit %d, want 2", res.code)
+	}
+	if res := sluice(t, "show", "-f", spec, "events", "--format", "xml"); res.code != 2 {
+		t.Fatalf("show with an unknown format: exit %d, want 2", res.code)
+	}
+}
+
+func TestDemoRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res := mustSluice(t, "demo", "--messages", "20000", "--dir", dir)
+	for _, want := range []string{"loaded 20000 rows into orders", "6 dead letters", "undecodable", "missing_field", "type_mismatch"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	ids := readIDs(t, filepath.Join(dir, "data", "orders"), "order_id")
+	checkExactlyOnce(t, ids, 1, 20001)
+}
