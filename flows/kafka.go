@@ -130,12 +130,19 @@ func (h *appendHandler) Process(ctx context.Context, rb *consumer.RecordBatch) e
 		if perr != nil {
 			return perr
 		}
-		if attempts > 1 && pos[tp] == rb.Next {
+		switch {
+		case attempts > 1 && pos[tp] == rb.Next:
 			err = nil
-		} else {
+		case h.r.opts.Mode == ModeRun:
+			// The group gave the partition to another member: this
+			// session is over, and the rebalance that ends it seeks the
+			// partition's next owner to the ledger.
 			h.log.Warn("batch abandoned: another writer committed this partition", "topic", rb.Topic,
 				"partition", rb.Partition, "from", rb.From, "ledger", pos[tp])
 			return nil
+		default:
+			return fmt.Errorf("partition %s/%d: another writer committed it while this update ran (ledger at %d, batch from %d); run update again: %w",
+				rb.Topic, rb.Partition, pos[tp], rb.From, err)
 		}
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse"
 	"github.com/sluicehq/sluice/sinks/local"
 )
 
@@ -18,7 +19,20 @@ func OpenSink(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Si
 		path := p.Path(p.Destination.Local.Path)
 		return local.Open(ctx, local.Options{Path: path, Pipeline: p.Pipeline, Logger: log})
 	case p.Destination.ClickHouse != nil:
-		return nil, fmt.Errorf("destination clickhouse is not supported by this version of sluice")
+		ch := p.Destination.ClickHouse
+		tc, err := tlsConfig(ch.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse: %w", err)
+		}
+		settings := make(map[string]any, len(ch.Settings))
+		for k, v := range ch.Settings {
+			settings[k] = v
+		}
+		return clickhouse.Open(ctx, clickhouse.Options{
+			Addr: ch.Addr, Database: ch.Database, Username: ch.Username, Password: ch.Password,
+			TLS: tc, DialTimeout: ch.DialTimeout, ReadTimeout: ch.ReadTimeout, Settings: settings,
+			Pipeline: p.Pipeline, Logger: log,
+		})
 	}
 	return nil, fmt.Errorf("spec has no destination")
 }

@@ -24,6 +24,8 @@ type Table struct {
 	Schema      batch.Schema // declared columns, without _sluice_ metadata columns
 	OrderBy     []string     // may be empty
 	PartitionBy []string     // may be empty
+	Kind        TableKind    // KindAppend unless a CDC flow writes the table
+	Keys        []string     // CDC targets: the key columns
 }
 
 // LoadMeta identifies a load and its writer.

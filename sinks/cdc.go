@@ -1,0 +1,73 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// TableKind says what a target holds.
+type TableKind int
+
+const (
+	// KindAppend: every row of every committed load, once.
+	KindAppend TableKind = iota
+	// KindSCD1: one row per live key (identity: the key).
+	KindSCD1
+	// KindSCD2: one row per version (identity: the key and __START_AT).
+	KindSCD2
+)
+
+// ErrLeaseHeld is returned when another process holds a CDC target's lease.
+var ErrLeaseHeld = errors.New("another process holds the lease of this table")
+
+// CDCLoad is a load that can also change rows of CDC targets. A sink that
+// holds CDC targets returns loads implementing it from Begin. Within one load
+// the sink applies, for each table: TruncateBelow, then Remove, then Upsert,
+// then the states, whatever order the calls came in; applying the same load
+// twice (a replay after a crash) gives the same table.
+//
+// Identities are opaque strings from the CDC engine (an order-preserving
+// encoding): keys[i] is row i's key, seqs[i] its sequence (for SCD type 1 the
+// sequence of the change it shows, for SCD type 2 its __START_AT). A row's
+// identity is its key for KindSCD1 and (key, seq) for KindSCD2. Sequences
+// compare bytewise.
+type CDCLoad interface {
+	Load
+	// Upsert stages rows that replace the rows of the same identity.
+	Upsert(ctx context.Context, table string, rows *batch.Batch, keys, seqs []string) error
+	// Remove stages the removal of rows by identity; rows holds them as
+	// they were (the target's schema), for destinations that delete by
+	// writing a marker row.
+	Remove(ctx context.Context, table string, rows *batch.Batch, keys, seqs []string) error
+	// TruncateBelow stages the removal of every row whose sequence is below
+	// seq (an SCD type 1 truncate).
+	TruncateBelow(ctx context.Context, table string, seq string) error
+	// PutState stages hidden state of a CDC target: per key (a nil Value
+	// removes the key's state), and under the key "" the table's own state.
+	PutState(ctx context.Context, table string, entries []StateEntry) error
+}
+
+// StateEntry is one piece of hidden CDC state.
+type StateEntry struct {
+	Key   string // "" is the table's own state
+	Value []byte // nil removes
+}
+
+// StateReader reads the hidden state of committed loads.
+type StateReader interface {
+	// GetState returns the state of each key that has one.
+	GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error)
+}
+
+// Leaser keeps CDC targets to one writer at a time: a lease row in the
+// destination, renewed while the writer runs.
+type Leaser interface {
+	// AcquireLease takes or renews the lease of table for holder until ttl
+	// from now; ErrLeaseHeld when another holder's lease has not expired.
+	AcquireLease(ctx context.Context, table, holder string, ttl time.Duration) error
+	// ReleaseLease gives the lease up if holder has it.
+	ReleaseLease(ctx context.Context, table, holder string) error
+}

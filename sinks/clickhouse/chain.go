@@ -1,0 +1,531 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// The chain rule. Every Kafka partition (or file) a flow reads is a chain
+// slot; a load that names a slot in Commit.From continues the chain only
+// when its From is where the committed loads of the flow left that slot
+// (no committed load: From must say "no position"). A load is committed only
+// while it holds the commit lock of each of its slots: a view whose name
+// derives from the slot and which names the load. The ledger row is
+// inserted by INSERT ... SELECT reading the load's marker and every lock,
+// so it lands only while all of them still exist and name the load; dropping
+// a lock or a marker waits for such an insert to finish. Creating a view is
+// atomic, so two writers never both hold a slot, and the one that holds it
+// checks the chain after every earlier holder's row became visible. Hence
+// every row in _sluice_loads continues its chains, and no two loads of a flow
+// ever continue a slot from the same position: there are no losing rows to
+// ignore.
+
+// lockHolder is what a slot lock says about the load holding it.
+type lockHolder struct {
+	enc, owner string // encoded load id and owner heartbeat id
+	age        time.Duration
+}
+
+// acquire takes the commit lock of one slot for load l. A lock left by a
+// committed load, an abandoned one or one of this process's own unresolved
+// loads is fenced and taken; a lock of a live writer's load in progress is a
+// transient error.
+func (s *Sink) acquire(ctx context.Context, l *load, slot string) error {
+	name := lockName(l.meta.Pipeline, l.meta.Flow, slot)
+	owner := encodeID(s.currentOwner())
+	for range 4 {
+		err := s.conn.Exec(ctx, "CREATE VIEW "+s.table(name)+" AS SELECT '"+l.enc+"' AS load_id, '"+owner+"' AS owner")
+		if err == nil {
+			l.locks = append(l.locks, name)
+			return nil
+		}
+		if !isCode(err, codeTableAlreadyExists) {
+			return fmt.Errorf("clickhouse: lock %s of flow %s: %w", slot, l.meta.Flow, err)
+		}
+		h, ok, err := s.holder(ctx, name, true)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // released meanwhile
+		}
+		if h.enc == l.enc { // our own create whose answer was lost
+			l.locks = append(l.locks, name)
+			return nil
+		}
+		s.mu.Lock()
+		_, busy := s.inflight[h.enc]
+		_, mine := s.pending[h.enc]
+		s.mu.Unlock()
+		if busy {
+			return transient("clickhouse: lock %s of flow %s: load %s of this process is committing it", slot, l.meta.Flow, h.enc)
+		}
+		take := mine
+		if !take {
+			raw, derr := decodeID(h.enc)
+			committed := false
+			if derr == nil {
+				at, err := s.committedAt(ctx, []string{raw})
+				if err != nil {
+					return err
+				}
+				_, committed = at[raw]
+			}
+			if committed {
+				take = true
+			} else {
+				alive, err := s.aliveOwners(ctx)
+				if err != nil {
+					return err
+				}
+				take = s.abandoned(h.owner, h.age, alive)
+			}
+		}
+		if !take {
+			return transient("clickhouse: lock %s of flow %s: load %s of a live process is committing it; retry later", slot, l.meta.Flow, h.enc)
+		}
+		s.log.Info("lock of a finished or abandoned load removed", "lock", name, "slot", slot, "load", h.enc, "age", h.age)
+		if err := s.fence(ctx, name); err != nil {
+			return err
+		}
+	}
+	return transient("clickhouse: lock %s of flow %s: contended; retry later", slot, l.meta.Flow)
+}
+
+// holder reads a lock view; ok is false when it is gone. withAge also
+// reads how old it is.
+func (s *Sink) holder(ctx context.Context, name string, withAge bool) (lockHolder, bool, error) {
+	var h lockHolder
+	rows, err := s.conn.Query(ctx, "SELECT load_id, owner FROM "+s.table(name))
+	if gone(err) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, fmt.Errorf("clickhouse: read lock %s: %w", name, err)
+	}
+	found := false
+	for rows.Next() {
+		if err := rows.Scan(&h.enc, &h.owner); err != nil {
+			rows.Close()
+			return h, false, fmt.Errorf("clickhouse: read lock %s: %w", name, err)
+		}
+		found = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return h, false, fmt.Errorf("clickhouse: read lock %s: %w", name, err)
+	}
+	if !found || !withAge {
+		return h, found, nil
+	}
+	ages, err := s.objectAges(ctx, name)
+	if err != nil {
+		return h, false, err
+	}
+	age, ok := ages[name]
+	if !ok {
+		return h, false, nil
+	}
+	h.age = age
+	return h, true, nil
+}
+
+// abandoned reports whether an object of the protocol (lock, marker, staging
+// table) whose owner is the encoded heartbeat id owner and whose age is age
+// is left behind by a process that stopped: its heartbeat is gone, or it
+// has no owner and is older than the grace period. Objects of this process
+// reach here only when no load of it is in flight with them.
+func (s *Sink) abandoned(ownerEnc string, age time.Duration, alive map[string]bool) bool {
+	owner, err := decodeID(ownerEnc)
+	if err != nil || owner == "" {
+		return age > s.grace
+	}
+	if owner == s.currentOwner() {
+		return true
+	}
+	return !alive[owner]
+}
+
+// fence drops a lock, marker or staging table and waits until no running
+// query names it, so that whatever its holder was doing with it has either
+// finished or will fail.
+func (s *Sink) fence(ctx context.Context, name string) error {
+	if err := s.exec(ctx, "drop "+name, s.dropStmt(name)); err != nil {
+		return err
+	}
+	return s.waitQueries(ctx, name)
+}
+
+// waitQueries waits until no running query other than this wait mentions
+// name. Dropping or renaming a table waits for the queries using it in an
+// Ordinary database (ClickHouse 18.16), not in an Atomic one; this makes both
+// behave alike.
+func (s *Sink) waitQueries(ctx context.Context, name string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		rows, err := s.conn.Query(ctx, "SELECT count() FROM system.processes WHERE position(query, ?) > 0 AND position(query, 'system.processes') = 0", name)
+		if err != nil {
+			return fmt.Errorf("clickhouse: wait for queries on %s: %w", name, err)
+		}
+		var n uint64
+		for rows.Next() {
+			if err := rows.Scan(&n); err != nil {
+				rows.Close()
+				return fmt.Errorf("clickhouse: wait for queries on %s: %w", name, err)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("clickhouse: wait for queries on %s: %w", name, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return transient("clickhouse: %d queries still use %s", n, name)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// objectAges returns the age of sluice's tables and views by name (all of
+// them when names is empty), by the server's clock.
+func (s *Sink) objectAges(ctx context.Context, names ...string) (map[string]time.Duration, error) {
+	q := "SELECT name, toInt64(toUnixTimestamp(now())) - toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND startsWith(name, '" + sluicePrefix + "')"
+	args := []any{s.opts.Database}
+	if len(names) > 0 {
+		q += " AND name IN (" + placeholders(len(names)) + ")"
+		for _, n := range names {
+			args = append(args, n)
+		}
+	}
+	var out map[string]time.Duration
+	err := retrySystem(ctx, func() error {
+		var err error
+		out, err = s.readAges(ctx, q, args)
+		return err
+	})
+	return out, err
+}
+
+// retrySystem runs a read of ClickHouse's system tables again when it fails
+// because a table was dropped while it was read, as concurrent loads do;
+// another attempt sees the database without it.
+func retrySystem(ctx context.Context, read func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := read()
+		if err == nil || !gone(err) || attempt == 10 {
+			return err
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Sink) readAges(ctx context.Context, q string, args []any) (map[string]time.Duration, error) {
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: list sluice objects: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]time.Duration{}
+	for rows.Next() {
+		var name string
+		var age int64
+		if err := rows.Scan(&name, &age); err != nil {
+			return nil, fmt.Errorf("clickhouse: list sluice objects: %w", err)
+		}
+		out[name] = time.Duration(age) * time.Second
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: list sluice objects: %w", err)
+	}
+	return out, nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// heads returns, for each slot, the position the flow's committed loads
+// reached (absent: none reached it).
+func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string) (map[string]batch.Position, error) {
+	args := []any{pipeline, flow}
+	for _, sl := range slots {
+		args = append(args, sl)
+	}
+	args = append(args, "*")
+	rows, err := s.conn.Query(ctx, "SELECT positions FROM "+s.table(batch.LoadsTable)+
+		" WHERE pipeline = ? AND flow = ? AND slot IN ("+placeholders(len(slots)+1)+")", args...)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
+	}
+	defer rows.Close()
+	want := map[string]bool{}
+	for _, sl := range slots {
+		want[sl] = true
+	}
+	out := map[string]batch.Position{}
+	for rows.Next() {
+		var text string
+		if err := rows.Scan(&text); err != nil {
+			return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
+		}
+		ps, err := batch.DecodePositions(text)
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse: ledger of flow %s: %w", flow, err)
+		}
+		for _, p := range ps {
+			k := slotKey(p)
+			if !want[k] {
+				continue
+			}
+			if cur, ok := out[k]; !ok || after(p, cur) {
+				out[k] = p
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
+	}
+	return out, nil
+}
+
+// after reports whether position a is further along its slot than b.
+func after(a, b batch.Position) bool {
+	if a.Topic != "" {
+		return a.Offset > b.Offset
+	}
+	if a.Done != b.Done {
+		return a.Done
+	}
+	return a.RowGroup > b.RowGroup
+}
+
+// none reports whether a From position says the slot had no position.
+func none(p batch.Position) bool {
+	if p.Topic != "" {
+		return p.Offset < 0
+	}
+	return p.RowGroup == 0 && !p.Done
+}
+
+// continues reports whether a load starting at from continues a slot whose
+// committed loads reached head (exists false: none reached it).
+func continues(from, head batch.Position, exists bool) bool {
+	if !exists {
+		return none(from)
+	}
+	if from.Topic != "" {
+		return from.Offset == head.Offset
+	}
+	return from.RowGroup == head.RowGroup && from.Done == head.Done
+}
+
+// fromSlots returns the slots of c.From, sorted, and the From position of each.
+func fromSlots(from batch.Positions) ([]string, map[string]batch.Position) {
+	pos := map[string]batch.Position{}
+	for _, p := range from {
+		pos[slotKey(p)] = p
+	}
+	keys := make([]string, 0, len(pos))
+	for k := range pos {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, pos
+}
+
+// staleSlots checks the chain of each slot and describes the ones the load
+// does not continue.
+func (s *Sink) staleSlots(ctx context.Context, meta sinks.LoadMeta, from batch.Positions) ([]string, error) {
+	slots, pos := fromSlots(from)
+	if len(slots) == 0 {
+		return nil, nil
+	}
+	heads, err := s.heads(ctx, meta.Pipeline, meta.Flow, slots)
+	if err != nil {
+		return nil, err
+	}
+	var stale []string
+	for _, sl := range slots {
+		h, ok := heads[sl]
+		if continues(pos[sl], h, ok) {
+			continue
+		}
+		at := "no position"
+		if ok {
+			at = describePos(h)
+		}
+		stale = append(stale, fmt.Sprintf("%s starts at %s but the ledger is at %s", sl, describePos(pos[sl]), at))
+	}
+	return stale, nil
+}
+
+func describePos(p batch.Position) string {
+	if p.Topic != "" {
+		return fmt.Sprintf("offset %d", p.Offset)
+	}
+	return fmt.Sprintf("row group %d (done %v)", p.RowGroup, p.Done)
+}
+
+// insertRow writes the load's ledger row, provided its marker and locks
+// still exist and name it; rowCount tells whether it landed.
+func (s *Sink) insertRow(ctx context.Context, l *load, c sinks.Commit, at time.Time) error {
+	ts, tsArg := "toDateTime(?, 'UTC')", any(at.Unix())
+	if s.feat.dateTime64 {
+		ts, tsArg = "toDateTime64(?, 6, 'UTC')", at.UTC().Format("2006-01-02 15:04:05.000000")
+	}
+	q := "INSERT INTO " + s.table(batch.LoadsTable) +
+		" (load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, from_positions, slot, committed_us)" +
+		" SELECT ?, ?, ?, ?, ?, ?, ?, ?, " + ts + ", ?, ?, ? FROM " + s.table(markerName(l.enc))
+	args := []any{l.meta.LoadID, l.meta.Pipeline, l.meta.Flow, strings.Join(l.meta.Targets, ","), c.To.Encode(),
+		c.Rows, c.DeadLetters, l.meta.Generation, tsArg, c.From.Encode(), ledgerSlot(c.To), at.Nanosecond() / 1000}
+	for i, name := range l.locks {
+		if i == 0 {
+			q += " WHERE "
+		} else {
+			q += " AND "
+		}
+		q += "? IN (SELECT load_id FROM " + s.table(name) + ")"
+		args = append(args, l.enc)
+	}
+	if err := s.conn.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("clickhouse: commit load %s: %w", l.meta.LoadID, err)
+	}
+	return nil
+}
+
+// rowCount counts the ledger rows of a load.
+func (s *Sink) rowCount(ctx context.Context, l *load, c sinks.Commit) (uint64, error) {
+	rows, err := s.conn.Query(ctx, "SELECT count() FROM "+s.table(batch.LoadsTable)+
+		" WHERE pipeline = ? AND flow = ? AND slot = ? AND load_id = ?",
+		l.meta.Pipeline, l.meta.Flow, ledgerSlot(c.To), l.meta.LoadID)
+	if err != nil {
+		return 0, fmt.Errorf("clickhouse: read back load %s: %w", l.meta.LoadID, err)
+	}
+	defer rows.Close()
+	var n uint64
+	for rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, fmt.Errorf("clickhouse: read back load %s: %w", l.meta.LoadID, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("clickhouse: read back load %s: %w", l.meta.LoadID, err)
+	}
+	return n, nil
+}
+
+// committedAt returns, for those of the load ids that have a ledger row,
+// when they were committed.
+func (s *Sink) committedAt(ctx context.Context, ids []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.conn.Query(ctx, "SELECT load_id, committed_at FROM "+s.table(batch.LoadsTable)+
+			" WHERE load_id IN ("+placeholders(len(chunk))+")", args...)
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			var at time.Time
+			if err := rows.Scan(&id, &at); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
+			}
+			out[id] = at
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// releaseLocks drops the locks l holds that still name it.
+func (s *Sink) releaseLocks(ctx context.Context, l *load) error {
+	for _, name := range l.locks {
+		h, ok, err := s.holder(ctx, name, false)
+		if err != nil {
+			return err
+		}
+		if ok && h.enc == l.enc {
+			if err := s.fence(ctx, name); err != nil {
+				return err
+			}
+		}
+	}
+	l.locks = nil
+	return nil
+}
+
+// Ledger reads the committed loads in commit order (of Options.Pipeline
+// when set) without changing anything.
+func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
+	if err := s.ensureSystem(ctx); err != nil {
+		return nil, err
+	}
+	q := "SELECT load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, committed_us FROM " +
+		s.table(batch.LoadsTable)
+	var args []any
+	if s.opts.Pipeline != "" {
+		q += " WHERE pipeline = ?"
+		args = append(args, s.opts.Pipeline)
+	}
+	q += " ORDER BY committed_at, committed_us, load_id"
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
+	}
+	defer rows.Close()
+	led := &batch.Ledger{}
+	for rows.Next() {
+		var r batch.LoadRecord
+		var targets, positions string
+		var us uint32
+		if err := rows.Scan(&r.LoadID, &r.Pipeline, &r.Flow, &targets, &positions, &r.Rows, &r.DeadLetters,
+			&r.Generation, &r.CommittedAt, &us); err != nil {
+			return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
+		}
+		if targets != "" {
+			r.Targets = strings.Split(targets, ",")
+		}
+		if r.Positions, err = batch.DecodePositions(positions); err != nil {
+			return nil, fmt.Errorf("clickhouse: ledger load %s: %w", r.LoadID, err)
+		}
+		r.CommittedAt = r.CommittedAt.UTC().Truncate(time.Second).Add(time.Duration(us) * time.Microsecond)
+		led.Loads = append(led.Loads, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
+	}
+	return led, nil
+}

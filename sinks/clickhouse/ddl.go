@@ -1,0 +1,415 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// tableInfo is an existing table as the sink reads it back from the server.
+type tableInfo struct {
+	name         string
+	engine       string
+	partitionKey string
+	sortingKey   string
+	columns      []column // declared columns in table order, without _sluice_load_id
+	hasLoadID    bool
+}
+
+func (t *tableInfo) schema() batch.Schema {
+	s := batch.Schema{Columns: make([]batch.Column, len(t.columns))}
+	for i, c := range t.columns {
+		s.Columns[i] = c.Column
+	}
+	return s
+}
+
+func (t *tableInfo) column(name string) (column, bool) {
+	for _, c := range t.columns {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return column{}, false
+}
+
+// Ensure creates the database, sluice's own tables and the targets when
+// missing, adds nullable columns the spec added, and refuses every other
+// difference between the spec and an existing table with a message saying
+// what to do. It reports the problems of all tables at once.
+func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
+	if err := s.ensureSystem(ctx); err != nil {
+		return err
+	}
+	var errs *multierror.Error
+	for _, t := range tables {
+		if err := s.ensureTable(ctx, t); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	return errs.ErrorOrNil()
+}
+
+// ensureSystem creates the database and sluice's own tables once per Sink.
+func (s *Sink) ensureSystem(ctx context.Context) error {
+	s.mu.Lock()
+	ready := s.systemReady
+	s.mu.Unlock()
+	if ready {
+		return nil
+	}
+	db := quote(s.opts.Database)
+	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+db); err != nil {
+		return err
+	}
+	engine, err := s.databaseEngine(ctx)
+	if err != nil {
+		return err
+	}
+	ts := chType(batch.Timestamp, false, s.feat)
+	stmts := []struct{ what, sql string }{
+		{"create " + batch.LoadsTable, "CREATE TABLE IF NOT EXISTS " + s.table(batch.LoadsTable) + ` (
+	load_id String, pipeline String, flow String, targets String, positions String,
+	rows Int64, dead_letters Int64, generation Int64, committed_at ` + ts + `,
+	from_positions String, slot String, committed_us UInt32
+) ENGINE = MergeTree ORDER BY (pipeline, flow, slot, committed_at, load_id)`},
+		{"create " + batch.DeadLettersTable, s.createSQL(batch.DeadLettersTable, batch.DeadLetterSchema.Columns,
+			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
+		{"create " + stateTable, "CREATE TABLE IF NOT EXISTS " + s.table(stateTable) + ` (
+	key String, value String, revision UInt64, updated_at DateTime('UTC')
+) ENGINE = ReplacingMergeTree(revision) ORDER BY key`},
+		{"create " + heartbeatsTable, "CREATE TABLE IF NOT EXISTS " + s.table(heartbeatsTable) + ` (
+	pipeline String, id String, kind String, host String, pid Int64,
+	beat_at DateTime('UTC'), expires DateTime('UTC'), ended UInt8, version UInt64
+) ENGINE = ReplacingMergeTree(version) ORDER BY (pipeline, id)`},
+	}
+	for _, st := range stmts {
+		if err := s.exec(ctx, st.what, st.sql); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.systemReady = true
+	if engine == "Atomic" || engine == "Replicated" {
+		s.dropSync = " SYNC"
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Sink) databaseEngine(ctx context.Context) (string, error) {
+	rows, err := s.conn.Query(ctx, "SELECT engine FROM system.databases WHERE name = ?", s.opts.Database)
+	if err != nil {
+		return "", fmt.Errorf("clickhouse: read database engine: %w", err)
+	}
+	defer rows.Close()
+	var engine string
+	for rows.Next() {
+		if err := rows.Scan(&engine); err != nil {
+			return "", fmt.Errorf("clickhouse: read database engine: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("clickhouse: read database engine: %w", err)
+	}
+	return engine, nil
+}
+
+// createSQL renders CREATE TABLE IF NOT EXISTS for a table of sluice's
+// columns plus _sluice_load_id.
+func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, partitionBy string) string {
+	var b strings.Builder
+	b.WriteString("CREATE TABLE IF NOT EXISTS ")
+	b.WriteString(s.table(name))
+	b.WriteString(" (\n")
+	for _, c := range cols {
+		b.WriteString("\t")
+		b.WriteString(columnDef(c, s.feat))
+		b.WriteString(",\n")
+	}
+	b.WriteString("\t" + quote(batch.LoadIDColumn) + " String\n) ENGINE = MergeTree")
+	if partitionBy != "" {
+		b.WriteString(" PARTITION BY " + partitionBy)
+	}
+	b.WriteString(" ORDER BY " + keyExpr(orderBy))
+	return b.String()
+}
+
+func columnDef(c batch.Column, f features) string {
+	def := quote(c.Name) + " " + chType(c.Type, c.Nullable, f)
+	if c.Type.Kind == batch.KindBytes {
+		def += " COMMENT '" + bytesComment + "'"
+	}
+	return def
+}
+
+// keyExpr renders a column list as a ClickHouse key: tuple() for none, the
+// column for one, a tuple for several.
+func keyExpr(cols []string) string {
+	switch len(cols) {
+	case 0:
+		return "tuple()"
+	case 1:
+		return quote(cols[0])
+	}
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = quote(c)
+	}
+	return "(" + strings.Join(q, ", ") + ")"
+}
+
+// normKey normalizes a key expression as system.tables shows it, for
+// comparison: no spaces, quotes or outer parentheses; tuple() is empty.
+func normKey(k string) string {
+	k = strings.NewReplacer(" ", "", "`", "", "\"", "").Replace(k)
+	if k == "tuple()" {
+		return ""
+	}
+	if strings.HasPrefix(k, "(") && strings.HasSuffix(k, ")") && !strings.Contains(k[1:len(k)-1], "(") {
+		k = k[1 : len(k)-1]
+	}
+	return k
+}
+
+func validateTable(t sinks.Table) error {
+	if !validIdent(t.Name) {
+		return fmt.Errorf("clickhouse: table name %q: use letters, digits and underscores", t.Name)
+	}
+	if strings.HasPrefix(strings.ToLower(t.Name), sluicePrefix) {
+		return fmt.Errorf("clickhouse: table name %s: names starting with %s are sluice's own", t.Name, sluicePrefix)
+	}
+	if len(t.Schema.Columns) == 0 {
+		return fmt.Errorf("clickhouse: table %s has no columns", t.Name)
+	}
+	seen := map[string]batch.Column{}
+	for _, c := range t.Schema.Columns {
+		if !validIdent(c.Name) {
+			return fmt.Errorf("clickhouse: table %s: column name %q: use letters, digits and underscores", t.Name, c.Name)
+		}
+		if strings.HasPrefix(strings.ToLower(c.Name), sluicePrefix) {
+			return fmt.Errorf("clickhouse: table %s: column %s: names starting with %s are sluice's own", t.Name, c.Name, sluicePrefix)
+		}
+		if _, dup := seen[c.Name]; dup {
+			return fmt.Errorf("clickhouse: table %s: column %s is declared twice", t.Name, c.Name)
+		}
+		switch c.Type.Kind {
+		case batch.KindString, batch.KindInt64, batch.KindFloat64, batch.KindBool, batch.KindTimestamp,
+			batch.KindDate, batch.KindBytes:
+		case batch.KindDecimal:
+			if c.Type.Precision < 1 || c.Type.Precision > batch.MaxDecimalPrecision || c.Type.Scale < 0 || c.Type.Scale > c.Type.Precision {
+				return fmt.Errorf("clickhouse: table %s: column %s: invalid type %v", t.Name, c.Name, c.Type)
+			}
+		default:
+			return fmt.Errorf("clickhouse: table %s: column %s: invalid type %v", t.Name, c.Name, c.Type)
+		}
+		seen[c.Name] = c
+	}
+	for _, key := range []struct {
+		what string
+		cols []string
+	}{{"order_by", t.OrderBy}, {"partition_by", t.PartitionBy}} {
+		used := map[string]bool{}
+		for _, name := range key.cols {
+			c, ok := seen[name]
+			switch {
+			case !ok:
+				return fmt.Errorf("clickhouse: table %s: %s names %s, which is not a column of the table", t.Name, key.what, name)
+			case c.Nullable:
+				return fmt.Errorf("clickhouse: table %s: %s names %s, which is nullable: ClickHouse keys cannot hold NULL; declare the column not nullable or leave it out of %s", t.Name, key.what, name, key.what)
+			case used[name]:
+				return fmt.Errorf("clickhouse: table %s: %s names %s twice", t.Name, key.what, name)
+			}
+			used[name] = true
+		}
+	}
+	return nil
+}
+
+func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
+	if err := validateTable(t); err != nil {
+		return err
+	}
+	s.forget(t.Name)
+	info, err := s.describe(ctx, t.Name)
+	if err != nil {
+		return err
+	}
+	if info == nil {
+		partition := ""
+		if len(t.PartitionBy) > 0 {
+			partition = keyExpr(t.PartitionBy)
+		}
+		if err := s.exec(ctx, "create table "+t.Name, s.createSQL(t.Name, t.Schema.Columns, t.OrderBy, partition)); err != nil {
+			return err
+		}
+		s.log.Info("table created", "table", t.Name, "order_by", t.OrderBy, "partition_by", t.PartitionBy)
+		// Another process may have created it first: check what is there.
+		if info, err = s.describe(ctx, t.Name); err != nil {
+			return err
+		}
+		if info == nil {
+			return fmt.Errorf("clickhouse: table %s: missing right after CREATE TABLE", t.Name)
+		}
+	}
+	add, err := reconcile(t, info)
+	if err != nil {
+		return err
+	}
+	after := ""
+	if n := len(info.columns); n > 0 {
+		after = info.columns[n-1].Name
+	}
+	for _, c := range add {
+		stmt := "ALTER TABLE " + s.table(t.Name) + " ADD COLUMN " + quote(c.Name) + " " + chType(c.Type, true, s.feat)
+		if after != "" {
+			stmt += " AFTER " + quote(after)
+		}
+		if err := s.exec(ctx, "add column "+c.Name+" to "+t.Name, stmt); err != nil {
+			return err
+		}
+		if c.Type.Kind == batch.KindBytes {
+			if err := s.exec(ctx, "comment column "+c.Name+" of "+t.Name, "ALTER TABLE "+s.table(t.Name)+
+				" COMMENT COLUMN "+quote(c.Name)+" '"+bytesComment+"'"); err != nil {
+				return err
+			}
+		}
+		s.log.Info("column added", "table", t.Name, "column", c.Name, "type", c.Type.String())
+		after = c.Name
+	}
+	s.forget(t.Name)
+	return nil
+}
+
+// reconcile compares the spec's table with the existing one and returns the
+// nullable columns to add, or every difference it cannot apply safely.
+func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
+	var problems []string
+	if info.engine != "MergeTree" {
+		problems = append(problems, fmt.Sprintf("the table's engine is %s, not MergeTree: sluice appends into MergeTree tables it creates itself; rename or drop the existing table, or give the target another name", info.engine))
+	}
+	if !info.hasLoadID {
+		problems = append(problems, fmt.Sprintf("the table has no %s String column, so sluice did not create it: rename or drop it, or give the target another name", batch.LoadIDColumn))
+	}
+	var add []batch.Column
+	declared := map[string]bool{}
+	for _, c := range t.Schema.Columns {
+		declared[c.Name] = true
+		have, ok := info.column(c.Name)
+		switch {
+		case !ok && c.Nullable:
+			add = append(add, c)
+		case !ok:
+			problems = append(problems, fmt.Sprintf("column %s (%s) is new and not nullable: existing rows have no value for it; declare it nullable: true, or create a new table", c.Name, spelled(c)))
+		case have.Type != c.Type || have.Nullable != c.Nullable:
+			problems = append(problems, fmt.Sprintf("column %s is %s in the table but %s in the spec: sluice does not change column types; restore the spec's type, or migrate the data yourself (a new table filled by INSERT INTO ... SELECT with the conversion) and point the spec at it", c.Name, have.describe(), spelled(c)))
+		}
+	}
+	for _, c := range info.columns {
+		if !declared[c.Name] {
+			problems = append(problems, fmt.Sprintf("column %s (%s) is in the table but not in the spec: declare it again (nullable columns may stay NULL), or drop it yourself with ALTER TABLE %s DROP COLUMN %s", c.Name, c.describe(), t.Name, c.Name))
+		}
+	}
+	if len(t.OrderBy) > 0 && normKey(info.sortingKey) != strings.Join(t.OrderBy, ",") {
+		problems = append(problems, fmt.Sprintf("order_by is %v in the spec but the table is ordered by (%s): ClickHouse cannot change a sorting key in place; restore the spec's order_by, or create a new table", t.OrderBy, info.sortingKey))
+	}
+	if len(t.PartitionBy) > 0 && normKey(info.partitionKey) != strings.Join(t.PartitionBy, ",") {
+		problems = append(problems, fmt.Sprintf("partition_by is %v in the spec but the table is partitioned by (%s): ClickHouse cannot repartition a table in place; restore the spec's partition_by, or create a new table", t.PartitionBy, info.partitionKey))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("clickhouse: table %s does not match the spec:\n  - %s", t.Name, strings.Join(problems, "\n  - "))
+	}
+	return add, nil
+}
+
+// describe reads an existing table, or returns nil when there is none.
+func (s *Sink) describe(ctx context.Context, name string) (*tableInfo, error) {
+	var info *tableInfo
+	err := retrySystem(ctx, func() error {
+		var err error
+		info, err = s.readTable(ctx, name)
+		return err
+	})
+	return info, err
+}
+
+func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
+	rows, err := s.conn.Query(ctx, "SELECT engine, partition_key, sorting_key FROM system.tables WHERE database = ? AND name = ?",
+		s.opts.Database, name)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
+	}
+	var info *tableInfo
+	for rows.Next() {
+		info = &tableInfo{name: name}
+		if err := rows.Scan(&info.engine, &info.partitionKey, &info.sortingKey); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
+	}
+	if info == nil {
+		return nil, nil
+	}
+	rows, err = s.conn.Query(ctx, "SELECT name, type, comment FROM system.columns WHERE database = ? AND table = ?",
+		s.opts.Database, name)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cname, typ, comment string
+		if err := rows.Scan(&cname, &typ, &comment); err != nil {
+			return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
+		}
+		if cname == batch.LoadIDColumn {
+			info.hasLoadID = typ == "String"
+			continue
+		}
+		c, err := parseColumn(cname, typ, comment)
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse: table %s: %w", name, err)
+		}
+		info.columns = append(info.columns, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
+	}
+	return info, nil
+}
+
+// info returns a table's description, cached until Ensure changes it.
+// ErrUnknownTable when the table does not exist.
+func (s *Sink) info(ctx context.Context, name string) (*tableInfo, error) {
+	s.mu.Lock()
+	info := s.tables[name]
+	s.mu.Unlock()
+	if info != nil {
+		return info, nil
+	}
+	info, err := s.describe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if info == nil || !info.hasLoadID {
+		return nil, fmt.Errorf("clickhouse: table %s: %w", name, sinks.ErrUnknownTable)
+	}
+	s.mu.Lock()
+	s.tables[name] = info
+	s.mu.Unlock()
+	return info, nil
+}
+
+func (s *Sink) forget(name string) {
+	s.mu.Lock()
+	delete(s.tables, name)
+	s.mu.Unlock()
+}

@@ -1,0 +1,159 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+func TestRetryableClassifier(t *testing.T) {
+	ex := func(code int32) error {
+		return fmt.Errorf("clickhouse: insert: %w", &clickhouse.Exception{Code: code, Message: "x"})
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"stale", fmt.Errorf("commit: %w", sinks.ErrStale), false},
+		{"value out of range", &RangeError{Table: "t", Column: "d"}, false},
+		{"lock held by a live writer", transient("busy"), true},
+		{"too many parts", ex(codeTooManyParts), true},
+		{"timeout exceeded", ex(codeTimeoutExceeded), true},
+		{"memory limit", ex(codeMemoryLimit), true},
+		{"unknown table", ex(codeUnknownTable), false},
+		{"syntax error", ex(62), false},
+		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
+		{"connection reset", fmt.Errorf("read: %w", syscall.ECONNRESET), true},
+		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		{"pool exhausted", clickhouse.ErrAcquireConnTimeout, true},
+		{"canceled by the caller", fmt.Errorf("x: %w", context.Canceled), false},
+		{"plain error", errors.New("batch has columns a, b"), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := retryable(tc.err); got != tc.want {
+				t.Fatalf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTimeoutsRetryable: a query that outlives the read timeout or the
+// server's max_execution_time fails with a retryable error.
+func TestTimeoutsRetryable(t *testing.T) {
+	addr := serverAddr(t)
+	tests := []struct {
+		name string
+		mod  func(*Options)
+	}{
+		{"read timeout", func(o *Options) { o.ReadTimeout = 300 * time.Millisecond }},
+		{"max_execution_time", func(o *Options) { o.Settings = map[string]any{"max_execution_time": "1"} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := openSink(t, addr, "default", tc.mod)
+			start := time.Now()
+			err := s.conn.Exec(context.Background(),
+				"SELECT sleepEachRow(0.25) FROM system.numbers LIMIT 12 SETTINGS max_block_size = 1 FORMAT Null")
+			if err == nil {
+				t.Fatalf("a 3 s query finished in %v despite the limit", time.Since(start))
+			}
+			if !s.Retryable(err) {
+				t.Fatalf("%v is not retryable", err)
+			}
+		})
+	}
+}
+
+// TestRangeErrors: values the columns cannot store are refused, naming the
+// column and the value, and are not retryable.
+func TestRangeErrors(t *testing.T) {
+	addr := serverAddr(t)
+	db := newDatabase(t, addr)
+	s := openSink(t, addr, db)
+	ctx := context.Background()
+	table := sinks.Table{Name: "r", Schema: batch.Schema{Columns: []batch.Column{
+		{Name: "d", Type: batch.Date, Nullable: true}, {Name: "ts", Type: batch.Timestamp, Nullable: true}}}}
+	if err := s.Ensure(ctx, []sinks.Table{table}); err != nil {
+		t.Fatal(err)
+	}
+	early, late := time.Date(1960, 1, 2, 0, 0, 0, 0, time.UTC), time.Date(2300, 1, 2, 0, 0, 0, 0, time.UTC)
+	if s.feat.date32 {
+		early = time.Date(1800, 1, 2, 0, 0, 0, 0, time.UTC)
+	}
+	tests := []struct {
+		name  string
+		col   int
+		value time.Time
+		text  string
+	}{
+		{"date too early", 0, early, early.Format(time.DateOnly)},
+		{"date too late", 0, late, late.Format(time.DateOnly)},
+		{"timestamp too early", 1, early, early.Format(time.RFC3339)},
+		{"timestamp too late", 1, late, late.Format(time.RFC3339)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := batch.New(table.Schema, 2)
+			b.Vectors[0].AppendNull()
+			b.Vectors[1].AppendNull()
+			if tc.col == 0 {
+				b.Vectors[0].AppendInt(int64(batch.DateFromTime(tc.value)))
+				b.Vectors[1].AppendNull()
+			} else {
+				b.Vectors[0].AppendNull()
+				b.Vectors[1].AppendInt(tc.value.UnixMicro())
+			}
+			ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: "range-" + fmt.Sprint(time.Now().UnixNano()), Pipeline: "p", Flow: "f"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ld.Abort(ctx)
+			err = ld.Write(ctx, "r", b)
+			var re *RangeError
+			if !errors.As(err, &re) {
+				t.Fatalf("Write: %v, want a RangeError", err)
+			}
+			if re.Row != 1 || re.Column != table.Schema.Columns[tc.col].Name || re.Value != tc.text {
+				t.Fatalf("RangeError %+v, want row 1 of %s with %s", re, table.Schema.Columns[tc.col].Name, tc.text)
+			}
+			if s.Retryable(err) {
+				t.Fatalf("%v is retryable", err)
+			}
+		})
+	}
+}
+
+func TestSettings(t *testing.T) {
+	got := normalizeSettings(map[string]any{"a": "4", "b": "true", "c": int64(7), "d": 2.0, "e": "random", "f": 1.5})
+	want := map[string]any{"a": 4, "b": true, "c": 7, "d": 2, "e": "random", "f": 1.5}
+	if fmt.Sprint(map[string]any(got)) != fmt.Sprint(want) {
+		t.Fatalf("normalizeSettings = %v, want %v", got, want)
+	}
+	if bad := textSettings(got); fmt.Sprint(bad) != "[e f]" {
+		t.Fatalf("textSettings = %v, want [e f]", bad)
+	}
+	addr := serverAddr(t)
+	s, err := Open(context.Background(), Options{Addr: []string{addr}, Settings: map[string]any{"load_balancing": "random"}})
+	if err == nil {
+		s.Close()
+	}
+	probe := openSink(t, addr, "default")
+	if old := !probe.feat.dateTime64; old && (err == nil || !strings.Contains(err.Error(), "load_balancing")) {
+		t.Fatalf("Open with a text setting on %s: %v, want an error naming it", probe.ServerVersion(), err)
+	}
+}

@@ -1,0 +1,423 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+type loadState uint8
+
+const (
+	stateOpen loadState = iota
+	stateCommitted
+	stateAborted
+	stateHandedOver // in s.pending: resolvePending finishes it
+)
+
+// unresolved says what is left to do for one of this process's own loads
+// in s.pending.
+type unresolved uint8
+
+const (
+	// unknownCommit: the ledger insert failed without saying whether it
+	// landed. Fence the marker and locks, then look.
+	unknownCommit unresolved = iota + 1
+	// unpublished: committed; staging tables remain to publish.
+	unpublished
+	// undiscarded: not committed; its objects remain to drop.
+	undiscarded
+)
+
+// load is one load: a marker view, a staging table per table written, and
+// while committing the slot locks it holds.
+type load struct {
+	s    *Sink
+	meta sinks.LoadMeta
+	enc  string
+
+	mu     sync.Mutex
+	state  loadState
+	stages map[string]string // table -> staging table
+	locks  []string          // lock views held while committing
+	todo   unresolved        // while in s.pending
+}
+
+// Begin starts a load: it creates the load's marker view, which the commit
+// will read and which recovery drops to fence an abandoned load off.
+func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, error) {
+	if meta.LoadID == "" || len(meta.LoadID) > maxLoadID {
+		return nil, fmt.Errorf("clickhouse: load id %q: want 1 to %d bytes", meta.LoadID, maxLoadID)
+	}
+	if err := s.ensureSystem(ctx); err != nil {
+		return nil, err
+	}
+	s.maybeMaintain(ctx)
+	l := &load{s: s, meta: meta, enc: encodeID(meta.LoadID), stages: map[string]string{}}
+	s.mu.Lock()
+	_, dup := s.inflight[l.enc]
+	_, dup2 := s.pending[l.enc]
+	if !dup && !dup2 {
+		s.inflight[l.enc] = l
+	}
+	owner := encodeID(s.owner)
+	s.mu.Unlock()
+	if dup || dup2 {
+		return nil, fmt.Errorf("clickhouse: load id %s is already in use", meta.LoadID)
+	}
+	err := s.conn.Exec(ctx, "CREATE VIEW "+s.table(markerName(l.enc))+" AS SELECT '"+owner+"' AS owner")
+	if err != nil {
+		s.done(l)
+		if isCode(err, codeTableAlreadyExists) {
+			return nil, fmt.Errorf("clickhouse: load id %s was used before", meta.LoadID)
+		}
+		return nil, fmt.Errorf("clickhouse: begin load %s: %w", meta.LoadID, err)
+	}
+	s.log.Debug("load begun", "load", meta.LoadID, "flow", meta.Flow)
+	return l, nil
+}
+
+// done removes a load from the in-flight set.
+func (s *Sink) done(l *load) {
+	s.mu.Lock()
+	delete(s.inflight, l.enc)
+	s.mu.Unlock()
+}
+
+// setPending hands an own load over to resolvePending.
+func (s *Sink) setPending(l *load, todo unresolved) {
+	l.todo = todo
+	l.state = stateHandedOver
+	s.mu.Lock()
+	s.pending[l.enc] = l
+	delete(s.inflight, l.enc)
+	s.mu.Unlock()
+}
+
+// Write stages rows into the load's staging table of table, created on the
+// first write as a copy of the table's structure (engine, keys, columns).
+func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateOpen {
+		return fmt.Errorf("clickhouse: write to %s: load %s is %s", table, l.meta.LoadID, l.stateName())
+	}
+	s := l.s
+	if table == batch.LoadsTable || table == stateTable || table == heartbeatsTable {
+		return fmt.Errorf("clickhouse: write to %s: sluice writes that table itself", table)
+	}
+	info, err := s.info(ctx, table)
+	if err != nil {
+		return fmt.Errorf("clickhouse: write to %s: %w", table, err)
+	}
+	cols, err := matchBatch(info, b)
+	if err != nil {
+		return err
+	}
+	n := b.Len()
+	if n == 0 {
+		return nil
+	}
+	vals := make([]any, len(cols))
+	for i, c := range cols {
+		if vals[i], err = s.feat.values(table, c, b.Vectors[i]); err != nil {
+			return err
+		}
+	}
+	if err := l.stage(ctx, table, cols, vals, n); err != nil {
+		if gone(err) {
+			// The staging table or the marker went: recovery in another
+			// process took this load for abandoned. The target is there, so
+			// the batch can be loaded again as a new load.
+			if info, derr := s.describe(ctx, table); derr == nil && info != nil {
+				return transient("clickhouse: write to %s: load %s was removed by recovery as abandoned; retry: %v", table, l.meta.LoadID, err)
+			}
+		}
+		return err
+	}
+	s.log.Debug("rows staged", "load", l.meta.LoadID, "table", table, "rows", n)
+	return nil
+}
+
+// stage inserts n rows, as column values, into the load's staging table of
+// table, creating it on the first write.
+func (l *load) stage(ctx context.Context, table string, cols []column, vals []any, n int) error {
+	s := l.s
+	stage := l.stages[table]
+	if stage == "" {
+		stage = stageName(0, l.enc, table)
+		if len(stage) > 200 {
+			return fmt.Errorf("clickhouse: write to %s: load id %s and table name are too long together", table, l.meta.LoadID)
+		}
+		if err := s.exec(ctx, "create staging table for "+table,
+			"CREATE TABLE "+s.table(stage)+" AS "+s.table(table)); err != nil {
+			return err
+		}
+		l.stages[table] = stage
+	}
+	names := make([]string, 0, len(cols)+1)
+	for _, c := range cols {
+		names = append(names, quote(c.Name))
+	}
+	names = append(names, quote(batch.LoadIDColumn))
+	bt, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.table(stage)+" ("+strings.Join(names, ", ")+")")
+	if err != nil {
+		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
+	}
+	for i, v := range vals {
+		if err := bt.Column(i).Append(v); err != nil {
+			bt.Abort()
+			return fmt.Errorf("clickhouse: stage rows of %s: column %s: %w", table, cols[i].Name, err)
+		}
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = l.meta.LoadID
+	}
+	if err := bt.Column(len(vals)).Append(ids); err != nil {
+		bt.Abort()
+		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
+	}
+	if err := bt.Send(); err != nil {
+		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
+	}
+	return nil
+}
+
+// matchBatch checks that b has exactly the table's declared columns and
+// returns the table's column for each of b's.
+func matchBatch(info *tableInfo, b *batch.Batch) ([]column, error) {
+	if err := b.Check(); err != nil {
+		return nil, fmt.Errorf("clickhouse: write to %s: %w", info.name, err)
+	}
+	if len(b.Schema.Columns) != len(info.columns) {
+		return nil, fmt.Errorf("clickhouse: write to %s: the batch has columns %v, the table %v",
+			info.name, b.Schema.Names(), info.schema().Names())
+	}
+	cols := make([]column, len(b.Schema.Columns))
+	for i, bc := range b.Schema.Columns {
+		c, ok := info.column(bc.Name)
+		if !ok {
+			return nil, fmt.Errorf("clickhouse: write to %s: the table has no column %s", info.name, bc.Name)
+		}
+		if c.Type != bc.Type || c.Nullable != bc.Nullable {
+			return nil, fmt.Errorf("clickhouse: write to %s: column %s is %s in the batch but %s in the table",
+				info.name, bc.Name, spelled(bc), c.describe())
+		}
+		cols[i] = c
+	}
+	return cols, nil
+}
+
+func (l *load) stateName() string {
+	switch l.state {
+	case stateCommitted:
+		return "committed"
+	case stateAborted:
+		return "aborted"
+	case stateHandedOver:
+		return "left to recovery after a failure"
+	}
+	return "open"
+}
+
+// Commit takes the locks of the load's From slots, checks the chain, writes
+// the ledger row (the commit point) and publishes the staged partitions.
+func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateOpen {
+		return fmt.Errorf("clickhouse: commit load %s: it is %s", l.meta.LoadID, l.stateName())
+	}
+	err := l.s.commit(ctx, l, c)
+	l.s.done(l)
+	return err
+}
+
+// commit runs the commit protocol. A failure before the commit point
+// discards the load; after it, the load is handed to resolvePending.
+func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
+	fail := func(err error) error {
+		s.discard(context.WithoutCancel(ctx), l)
+		return err
+	}
+	if err := s.resolvePending(ctx); err != nil {
+		return fail(err)
+	}
+	slots, _ := fromSlots(c.From)
+	for _, slot := range slots {
+		if err := s.acquire(ctx, l, slot); err != nil {
+			return fail(err)
+		}
+	}
+	stale, err := s.staleSlots(ctx, l.meta, c.From)
+	if err != nil {
+		return fail(err)
+	}
+	if len(stale) > 0 {
+		return fail(fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
+			strings.Join(stale, "; "), sinks.ErrStale))
+	}
+	if err := s.insertRow(ctx, l, c, time.Now()); err != nil && !gone(err) {
+		// The row may or may not have landed: find out later, after fencing.
+		s.setPending(l, unknownCommit)
+		return err
+	}
+	n, err := s.rowCount(ctx, l, c)
+	if err != nil {
+		s.setPending(l, unknownCommit)
+		return err
+	}
+	if n == 0 {
+		// A lock or the marker was removed by recovery, which took this
+		// load for abandoned: nothing was committed.
+		s.discard(context.WithoutCancel(ctx), l)
+		if stale, err := s.staleSlots(ctx, l.meta, c.From); err == nil && len(stale) > 0 {
+			return fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
+				strings.Join(stale, "; "), sinks.ErrStale)
+		}
+		return transient("clickhouse: commit load %s: recovery fenced it off as abandoned; nothing was committed, retry", l.meta.LoadID)
+	}
+	l.state = stateCommitted
+	if err := s.releaseLocks(ctx, l); err != nil {
+		s.log.Warn("locks not released; the next writer of the slot removes them", "load", l.meta.LoadID, "err", err)
+	}
+	s.log.Debug("load committed", "load", l.meta.LoadID, "flow", l.meta.Flow, "to", c.To.Encode(), "rows", c.Rows)
+	if err := s.publish(ctx, l); err != nil {
+		s.setPending(l, unpublished)
+		return transient("clickhouse: load %s is committed; publishing it failed and is retried: %v", l.meta.LoadID, err)
+	}
+	return nil
+}
+
+// discard drops an uncommitted load's locks, marker and staging tables;
+// what it cannot drop is left to resolvePending.
+func (s *Sink) discard(ctx context.Context, l *load) {
+	if l.state == stateHandedOver {
+		return
+	}
+	l.state = stateAborted
+	if err := s.dropLoad(ctx, l); err != nil {
+		s.log.Warn("uncommitted load not dropped yet; retried later", "load", l.meta.LoadID, "err", err)
+		s.setPending(l, undiscarded)
+	}
+}
+
+func (s *Sink) dropLoad(ctx context.Context, l *load) error {
+	if err := s.releaseLocks(ctx, l); err != nil {
+		return err
+	}
+	if err := s.fence(ctx, markerName(l.enc)); err != nil {
+		return err
+	}
+	for _, table := range sortedKeys(l.stages) {
+		if err := s.exec(ctx, "drop staging table", s.dropStmt(l.stages[table])); err != nil {
+			return err
+		}
+		delete(l.stages, table)
+	}
+	return nil
+}
+
+// Abort drops the load's marker and staging tables.
+func (l *load) Abort(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.state {
+	case stateAborted, stateHandedOver:
+		return nil
+	case stateCommitted:
+		return fmt.Errorf("clickhouse: abort load %s: it is committed", l.meta.LoadID)
+	}
+	l.state = stateAborted
+	if err := l.s.dropLoad(ctx, l); err != nil {
+		l.s.setPending(l, undiscarded)
+		return fmt.Errorf("clickhouse: abort load %s: %w", l.meta.LoadID, err)
+	}
+	l.s.done(l)
+	return nil
+}
+
+// resolvePending finishes this process's own loads left unresolved by a
+// failure: it fences the ones whose commit is unknown and looks whether
+// their row landed, publishes committed ones and drops the others.
+func (s *Sink) resolvePending(ctx context.Context) error {
+	s.resolveMu.Lock()
+	defer s.resolveMu.Unlock()
+	s.mu.Lock()
+	todo := make([]*load, 0, len(s.pending))
+	for _, l := range s.pending {
+		todo = append(todo, l)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(todo, func(a, b *load) int { return strings.Compare(a.enc, b.enc) })
+	for _, l := range todo {
+		if err := s.resolve(ctx, l); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		delete(s.pending, l.enc)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Sink) resolve(ctx context.Context, l *load) error {
+	if l.todo == unknownCommit {
+		// Fence whatever insert may still be running, then look.
+		if err := s.fence(ctx, markerName(l.enc)); err != nil {
+			return err
+		}
+		for _, name := range l.locks {
+			h, ok, err := s.holder(ctx, name, false)
+			if err != nil {
+				return err
+			}
+			if ok && h.enc == l.enc {
+				if err := s.fence(ctx, name); err != nil {
+					return err
+				}
+			}
+		}
+		l.locks = nil
+		at, err := s.committedAt(ctx, []string{l.meta.LoadID})
+		if err != nil {
+			return err
+		}
+		if _, ok := at[l.meta.LoadID]; ok {
+			l.todo = unpublished
+			s.log.Info("load found committed after an unknown outcome", "load", l.meta.LoadID)
+		} else {
+			l.todo = undiscarded
+			s.log.Info("load found not committed after an unknown outcome", "load", l.meta.LoadID)
+		}
+	}
+	switch l.todo {
+	case unpublished:
+		for _, table := range sortedKeys(l.stages) {
+			if err := s.rollForward(ctx, l.enc, l.meta.LoadID, table); err != nil {
+				return err
+			}
+			delete(l.stages, table)
+		}
+		return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
+	case undiscarded:
+		return s.dropLoad(ctx, l)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,282 @@
+package clickhouse
+
+import (
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+func TestEncodeIDRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		id := rapid.StringN(0, 64, -1).Draw(t, "id")
+		enc := encodeID(id)
+		if strings.Trim(enc, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
+			t.Fatalf("encodeID(%q) = %q is not identifier-safe", id, enc)
+		}
+		if strings.Contains(enc, "__") {
+			t.Fatalf("encodeID(%q) = %q holds __", id, enc)
+		}
+		back, err := decodeID(enc)
+		if err != nil || back != id {
+			t.Fatalf("decodeID(%q) = %q, %v; want %q", enc, back, err, id)
+		}
+		table := rapid.StringMatching(`[a-z_][a-z0-9_]{0,20}`).Draw(t, "table")
+		epoch := rapid.IntRange(0, 1000).Draw(t, "epoch")
+		e, gotEnc, gotTable, ok := parseStage(stageName(epoch, enc, table))
+		if enc != "" && (!ok || e != epoch || gotEnc != enc || gotTable != table) {
+			t.Fatalf("parseStage(stageName(%d, %q, %q)) = %d, %q, %q, %v", epoch, enc, table, e, gotEnc, gotTable, ok)
+		}
+	})
+}
+
+func TestParseNames(t *testing.T) {
+	tests := []struct {
+		name  string
+		stage bool
+		enc   string
+		table string
+	}{
+		{"_sluice_stage0_abc__orders", true, "abc", "orders"},
+		{"_sluice_stage12_load_2d1__my__table", true, "load_2d1", "my__table"},
+		{"_sluice_state", false, "", ""},
+		{"_sluice_stage_abc__orders", false, "", ""},
+		{"_sluice_stage0___orders", false, "", ""},
+		{"_sluice_stage0_abc__", false, "", ""},
+		{"orders", false, "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, enc, table, ok := parseStage(tc.name)
+			if ok != tc.stage || enc != tc.enc || table != tc.table {
+				t.Fatalf("parseStage(%q) = %q, %q, %v", tc.name, enc, table, ok)
+			}
+		})
+	}
+	if enc, ok := parseMarker(markerName("a_2d1")); !ok || enc != "a_2d1" {
+		t.Fatalf("parseMarker: %q %v", enc, ok)
+	}
+	if _, err := decodeID("ab_2"); err == nil {
+		t.Fatal("decodeID accepted a cut escape")
+	}
+}
+
+func TestValidIdent(t *testing.T) {
+	tests := []struct {
+		s    string
+		want bool
+	}{
+		{"orders", true}, {"_x1", true}, {"Order_2", true},
+		{"", false}, {"1abc", false}, {"a-b", false}, {"a b", false}, {"a`b", false}, {"naïve", false},
+		{strings.Repeat("a", maxIdent+1), false},
+	}
+	for _, tc := range tests {
+		if got := validIdent(tc.s); got != tc.want {
+			t.Errorf("validIdent(%q) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestPartitionIDs(t *testing.T) {
+	for _, tc := range []struct {
+		part, id string
+		valid    bool
+	}{
+		{"all_1_1_0", "all", true},
+		{"202401_3_9_2", "202401", true},
+		{"-5-20240101_1_1_0", "-5-20240101", true},
+		{"6a3f0c_2_2_0_5", "6a3f0c", true},
+	} {
+		if got := partitionOfPart(tc.part); got != tc.id || validPartitionID(got) != tc.valid {
+			t.Errorf("partitionOfPart(%q) = %q (valid %v)", tc.part, got, validPartitionID(got))
+		}
+	}
+	for _, bad := range []string{"", "a'b", "a b", "x\\"} {
+		if validPartitionID(bad) {
+			t.Errorf("validPartitionID(%q) = true", bad)
+		}
+	}
+}
+
+func TestLedgerSlot(t *testing.T) {
+	k := func(p int32) batch.Position { return batch.Position{Topic: "t", Partition: p, Offset: 1} }
+	tests := []struct {
+		name string
+		to   batch.Positions
+		want string
+	}{
+		{"none", nil, ""},
+		{"one partition", batch.Positions{k(3)}, "k/t/3"},
+		{"several", batch.Positions{k(1), k(2)}, "*"},
+		{"file", batch.Positions{{File: "a.parquet", RowGroup: 2}}, "f/a.parquet"},
+	}
+	for _, tc := range tests {
+		if got := ledgerSlot(tc.to); got != tc.want {
+			t.Errorf("%s: ledgerSlot = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestContinues(t *testing.T) {
+	k := func(o int64) batch.Position { return batch.Position{Topic: "t", Offset: o} }
+	f := func(rg int64, done bool) batch.Position { return batch.Position{File: "a", RowGroup: rg, Done: done} }
+	tests := []struct {
+		name   string
+		from   batch.Position
+		head   batch.Position
+		exists bool
+		want   bool
+	}{
+		{"first load of a partition", k(-1), batch.Position{}, false, true},
+		{"offset without a ledger position", k(5), batch.Position{}, false, false},
+		{"no position but the ledger has one", k(-1), k(10), true, false},
+		{"continues", k(10), k(10), true, true},
+		{"behind", k(5), k(10), true, false},
+		{"ahead", k(11), k(10), true, false},
+		{"first row group of a file", f(0, false), batch.Position{}, false, true},
+		{"file continues", f(3, false), f(3, false), true, true},
+		{"file already done", f(3, false), f(3, true), true, false},
+	}
+	for _, tc := range tests {
+		if got := continues(tc.from, tc.head, tc.exists); got != tc.want {
+			t.Errorf("%s: continues = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !after(f(0, true), f(9, false)) || after(k(3), k(4)) {
+		t.Error("after orders positions wrongly")
+	}
+}
+
+// TestTypeMapping: every sluice type maps to a ClickHouse type that maps
+// back to it, on 18.16 and on a current server.
+func TestTypeMapping(t *testing.T) {
+	types := []batch.Type{batch.String, batch.Int64, batch.Float64, batch.Bool, batch.Timestamp, batch.Date,
+		batch.Decimal(1, 0), batch.Decimal(12, 2), batch.Decimal(38, 38), batch.Bytes}
+	for _, f := range []features{featuresOf(18, 16), featuresOf(24, 8)} {
+		for _, typ := range types {
+			for _, nullable := range []bool{false, true} {
+				ch := chType(typ, nullable, f)
+				comment := ""
+				if typ.Kind == batch.KindBytes {
+					comment = bytesComment
+				}
+				// system.columns writes "Decimal(12, 2)", "DateTime('UTC')".
+				c, err := parseColumn("c", ch, comment)
+				if err != nil {
+					t.Fatalf("%v: parseColumn(%s): %v", f, ch, err)
+				}
+				if c.Type != typ || c.Nullable != nullable {
+					t.Errorf("%v: %v nullable=%v -> %s -> %v nullable=%v", f, typ, nullable, ch, c.Type, c.Nullable)
+				}
+			}
+		}
+	}
+	want := map[string]string{"timestamp": "DateTime('UTC')", "date": "Date", "bool": "UInt8", "decimal(12,2)": "Decimal(12, 2)"}
+	for name, ch := range want {
+		typ, _ := batch.ParseType(name)
+		if got := chType(typ, false, featuresOf(18, 16)); got != ch {
+			t.Errorf("18.16: %s -> %s, want %s", name, got, ch)
+		}
+	}
+	if got := chType(batch.Timestamp, true, featuresOf(23, 3)); got != "Nullable(DateTime64(6, 'UTC'))" {
+		t.Errorf("23.3: timestamp -> %s", got)
+	}
+	for _, bad := range []string{"UInt64", "Array(String)", "DateTime64(3, 'UTC')", "LowCardinality(String)", "Decimal(40, 2)"} {
+		if _, err := parseColumn("c", bad, ""); err == nil {
+			t.Errorf("parseColumn accepted %s", bad)
+		}
+	}
+}
+
+func TestNormKey(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", ""}, {"tuple()", ""}, {"a", "a"}, {"a, b", "a,b"}, {"(a, b)", "a,b"}, {"`a`", "a"},
+		{"toYYYYMM(at)", "toYYYYMM(at)"},
+	}
+	for _, tc := range tests {
+		if got := normKey(tc.in); got != tc.want {
+			t.Errorf("normKey(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestReconcile: every difference between the spec and the table that
+// sluice cannot apply is refused with what to do; nullable columns are added.
+func TestReconcile(t *testing.T) {
+	f := featuresOf(18, 16)
+	col := func(name string, typ batch.Type, nullable bool) column {
+		c, err := parseColumn(name, chType(typ, nullable, f), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	existing := &tableInfo{name: "t", engine: "MergeTree", sortingKey: "id", partitionKey: "day", hasLoadID: true,
+		columns: []column{col("id", batch.Int64, false), col("day", batch.Date, false), col("v", batch.String, true)}}
+	base := []batch.Column{{Name: "id", Type: batch.Int64}, {Name: "day", Type: batch.Date}, {Name: "v", Type: batch.String, Nullable: true}}
+	with := func(cs ...batch.Column) sinks.Table {
+		return sinks.Table{Name: "t", Schema: batch.Schema{Columns: cs}, OrderBy: []string{"id"}, PartitionBy: []string{"day"}}
+	}
+	tests := []struct {
+		name  string
+		table sinks.Table
+		info  *tableInfo
+		add   int
+		want  string // substring of the error; "" for none
+	}{
+		{"same", with(base...), existing, 0, ""},
+		{"nullable column added", with(append(base, batch.Column{Name: "w", Type: batch.Bytes, Nullable: true})...), existing, 1, ""},
+		{"keys left out of the spec", sinks.Table{Name: "t", Schema: batch.Schema{Columns: base}}, existing, 0, ""},
+		{"not nullable column added", with(append(base, batch.Column{Name: "w", Type: batch.Int64})...), existing, 0, "declare it nullable"},
+		{"type changed", with(base[0], base[1], batch.Column{Name: "v", Type: batch.Int64, Nullable: true}), existing, 0, "sluice does not change column types"},
+		{"nullability changed", with(base[0], base[1], batch.Column{Name: "v", Type: batch.String}), existing, 0, "migrate the data yourself"},
+		{"column dropped from the spec", with(base[0], base[1]), existing, 0, "DROP COLUMN v"},
+		{"order_by changed", sinks.Table{Name: "t", Schema: batch.Schema{Columns: base}, OrderBy: []string{"day"}}, existing, 0, "cannot change a sorting key"},
+		{"partition_by changed", sinks.Table{Name: "t", Schema: batch.Schema{Columns: base}, PartitionBy: []string{"id"}}, existing, 0, "cannot repartition"},
+		{"not a sluice table", with(base...), &tableInfo{name: "t", engine: "MergeTree", columns: existing.columns, sortingKey: "id", partitionKey: "day"}, 0, "did not create it"},
+		{"another engine", with(base...), &tableInfo{name: "t", engine: "Log", columns: existing.columns, hasLoadID: true, sortingKey: "id", partitionKey: "day"}, 0, "not MergeTree"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			add, err := reconcile(tc.table, tc.info)
+			if tc.want == "" {
+				if err != nil || len(add) != tc.add {
+					t.Fatalf("reconcile: %d columns to add, %v; want %d, nil", len(add), err, tc.add)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("reconcile: %v; want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidateTable(t *testing.T) {
+	ok := batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64}, {Name: "n", Type: batch.String, Nullable: true}}}
+	tests := []struct {
+		name  string
+		table sinks.Table
+		want  string
+	}{
+		{"fine", sinks.Table{Name: "t", Schema: ok, OrderBy: []string{"id"}}, ""},
+		{"bad table name", sinks.Table{Name: "t; DROP", Schema: ok}, "use letters"},
+		{"reserved table name", sinks.Table{Name: "_sluice_x", Schema: ok}, "sluice's own"},
+		{"bad column name", sinks.Table{Name: "t", Schema: batch.Schema{Columns: []batch.Column{{Name: "a`b", Type: batch.Int64}}}}, "use letters"},
+		{"reserved column", sinks.Table{Name: "t", Schema: batch.Schema{Columns: []batch.Column{{Name: "_sluice_load_id", Type: batch.String}}}}, "sluice's own"},
+		{"unknown key column", sinks.Table{Name: "t", Schema: ok, OrderBy: []string{"x"}}, "not a column"},
+		{"nullable key column", sinks.Table{Name: "t", Schema: ok, PartitionBy: []string{"n"}}, "cannot hold NULL"},
+		{"duplicate column", sinks.Table{Name: "t", Schema: batch.Schema{Columns: []batch.Column{ok.Columns[0], ok.Columns[0]}}}, "twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateTable(tc.table)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("validateTable: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

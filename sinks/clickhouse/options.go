@@ -1,0 +1,70 @@
+package clickhouse
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+)
+
+// Options configure a ClickHouse destination.
+type Options struct {
+	// Addr lists host:port addresses of the server's native protocol
+	// (default 127.0.0.1:9000). With several, a connection goes to the first
+	// that answers.
+	Addr []string
+	// Database holds the targets and sluice's own tables; created when
+	// missing (default "default").
+	Database string
+	// Username and Password authenticate (default user "default", no password).
+	Username, Password string
+	// TLS, when set, connects with TLS (the secure native port, 9440).
+	TLS *tls.Config
+	// DialTimeout bounds connecting (default 30s).
+	DialTimeout time.Duration
+	// ReadTimeout bounds waiting for the server's answer to one query
+	// (default 5m).
+	ReadTimeout time.Duration
+	// Settings are server settings sent with every query, such as
+	// max_insert_threads or max_memory_usage.
+	Settings map[string]any
+	// Pipeline, when set, limits Ledger and the scans of _sluice_loads and
+	// _sluice_dead_letters to that pipeline's rows, for a database that
+	// several pipelines share.
+	Pipeline string
+	// Logger receives recovery and schema changes at Info, retried
+	// failures at Warn and per-load detail at Debug (nil: discard).
+	Logger *slog.Logger
+}
+
+const (
+	defaultAddr        = "127.0.0.1:9000"
+	defaultDatabase    = "default"
+	defaultDialTimeout = 30 * time.Second
+	defaultReadTimeout = 5 * time.Minute
+
+	// defaultGrace is how long an object of the delivery protocol (a
+	// marker, a staging table, a lock) whose owner is unknown is left alone
+	// before recovery treats it as abandoned; a committed load is left to
+	// its own writer to publish for as long by the periodic maintenance.
+	defaultGrace = 30 * time.Second
+	// maintainEvery is how often Begin runs the periodic maintenance.
+	maintainEvery = 30 * time.Second
+)
+
+func (o *Options) withDefaults() {
+	if len(o.Addr) == 0 {
+		o.Addr = []string{defaultAddr}
+	}
+	if o.Database == "" {
+		o.Database = defaultDatabase
+	}
+	if o.Username == "" {
+		o.Username = "default"
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = defaultDialTimeout
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = defaultReadTimeout
+	}
+}

@@ -1,0 +1,242 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+const codeIncompatibleColumns = 122
+
+// publish attaches every partition of the load's staging tables to their
+// targets, then drops them and the marker. When recovery has taken the
+// publication over (a staging table is gone), publishing is its job.
+func (s *Sink) publish(ctx context.Context, l *load) error {
+	for _, table := range sortedKeys(l.stages) {
+		stage := l.stages[table]
+		pids, err := s.partitions(ctx, stage)
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			err := s.attach(ctx, table, stage, pid)
+			if gone(err) {
+				// Either recovery renamed the staging table (it publishes
+				// the load now), or the target itself is gone.
+				ages, aerr := s.objectAges(ctx, stage)
+				if aerr != nil {
+					return aerr
+				}
+				if _, ok := ages[stage]; !ok {
+					s.log.Info("publication of load taken over by recovery", "load", l.meta.LoadID, "table", table)
+					return nil
+				}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := s.exec(ctx, "drop staging table of "+table, s.dropStmt(stage)); err != nil {
+			return err
+		}
+		delete(l.stages, table)
+		s.log.Debug("load published", "load", l.meta.LoadID, "table", table, "partitions", len(pids))
+	}
+	return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
+}
+
+// attach attaches one partition of a staging table to its target. A
+// staging table created before Ensure added nullable columns to the target
+// gets them too, then the attach is tried again.
+func (s *Sink) attach(ctx context.Context, table, stage, pid string) error {
+	if !validPartitionID(pid) {
+		return fmt.Errorf("clickhouse: staging table %s has partition id %q, which sluice cannot name", stage, pid)
+	}
+	stmt := "ALTER TABLE " + s.table(table) + " ATTACH PARTITION ID '" + pid + "' FROM " + s.table(stage)
+	err := s.conn.Exec(ctx, stmt)
+	if isCode(err, codeIncompatibleColumns) {
+		if aerr := s.alignStage(ctx, table, stage); aerr != nil {
+			return aerr
+		}
+		err = s.conn.Exec(ctx, stmt)
+	}
+	if err != nil {
+		return fmt.Errorf("clickhouse: attach partition %s of %s to %s: %w", pid, stage, table, err)
+	}
+	return nil
+}
+
+// alignStage adds to a staging table the nullable columns its target gained.
+func (s *Sink) alignStage(ctx context.Context, table, stage string) error {
+	s.forget(table)
+	target, err := s.describe(ctx, table)
+	if err != nil {
+		return err
+	}
+	st, err := s.describe(ctx, stage)
+	if err != nil {
+		return err
+	}
+	if target == nil || st == nil {
+		return fmt.Errorf("clickhouse: align %s with %s: a table is missing", stage, table)
+	}
+	prev := ""
+	for _, c := range target.columns {
+		if _, ok := st.column(c.Name); !ok {
+			if !c.Nullable {
+				return fmt.Errorf("clickhouse: staging table %s lacks column %s of %s, which is not nullable", stage, c.Name, table)
+			}
+			stmt := "ALTER TABLE " + s.table(stage) + " ADD COLUMN " + quote(c.Name) + " " + c.chType
+			if prev != "" {
+				stmt += " AFTER " + quote(prev)
+			}
+			if err := s.exec(ctx, "align staging table "+stage, stmt); err != nil {
+				return err
+			}
+			if c.Type.Kind == batch.KindBytes {
+				if err := s.exec(ctx, "align staging table "+stage, "ALTER TABLE "+s.table(stage)+" COMMENT COLUMN "+
+					quote(c.Name)+" '"+bytesComment+"'"); err != nil {
+					return err
+				}
+			}
+		}
+		prev = c.Name
+	}
+	return nil
+}
+
+// partitions lists the ids of a table's partitions that hold rows.
+func (s *Sink) partitions(ctx context.Context, table string) ([]string, error) {
+	var out []string
+	err := retrySystem(ctx, func() error {
+		var err error
+		out, err = s.readPartitions(ctx, table)
+		return err
+	})
+	return out, err
+}
+
+func (s *Sink) readPartitions(ctx context.Context, table string) ([]string, error) {
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT partition_id FROM system.parts WHERE database = ? AND table = ? AND active",
+		s.opts.Database, table)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: list partitions of %s: %w", table, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("clickhouse: list partitions of %s: %w", table, err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: list partitions of %s: %w", table, err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// loadPartitions lists the partitions of a target that hold rows of a load:
+// those already published. It reads the load id column of the whole table.
+// (ClickHouse 18.16 crashes on SELECT DISTINCT _part with a PREWHERE, hence
+// GROUP BY and no PREWHERE.)
+func (s *Sink) loadPartitions(ctx context.Context, table, loadID string) (map[string]bool, error) {
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"optimize_move_to_prewhere": 0}))
+	rows, err := s.conn.Query(ctx, "SELECT _part FROM "+s.table(table)+" WHERE "+quote(batch.LoadIDColumn)+" = ? GROUP BY _part", loadID)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: find published partitions of load %s in %s: %w", loadID, table, err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var part string
+		if err := rows.Scan(&part); err != nil {
+			return nil, fmt.Errorf("clickhouse: find published partitions of load %s in %s: %w", loadID, table, err)
+		}
+		out[partitionOfPart(part)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: find published partitions of load %s in %s: %w", loadID, table, err)
+	}
+	return out, nil
+}
+
+// rollForward publishes a committed load's staging table of one target on
+// behalf of whoever staged it. It first renames the staging table (fencing
+// the previous publisher: its next ATTACH names a table that is gone) and
+// waits for queries still using the old name, then attaches exactly the
+// partitions the target holds no rows of the load in, then drops it.
+func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string) error {
+	var cur, next string
+	for attempt := 0; ; attempt++ {
+		stages, err := s.stagesOf(ctx, enc, table)
+		if err != nil {
+			return err
+		}
+		if len(stages) == 0 {
+			return nil // published and dropped by someone else
+		}
+		if len(stages) > 1 {
+			return fmt.Errorf("clickhouse: load %s has %d staging tables for %s: %v; sluice keeps one, check them by hand", loadID, len(stages), table, stages)
+		}
+		epoch, _, _, _ := parseStage(stages[0])
+		cur, next = stages[0], stageName(epoch+1, enc, table)
+		err = s.conn.Exec(ctx, "RENAME TABLE "+s.table(cur)+" TO "+s.table(next))
+		if err == nil {
+			break
+		}
+		if (gone(err) || isCode(err, codeTableAlreadyExists)) && attempt < 5 {
+			continue // another recovery moved it first
+		}
+		return fmt.Errorf("clickhouse: take over staging table %s: %w", cur, err)
+	}
+	if err := s.waitQueries(ctx, cur); err != nil {
+		return err
+	}
+	published, err := s.loadPartitions(ctx, table, loadID)
+	if err != nil {
+		return err
+	}
+	pids, err := s.partitions(ctx, next)
+	if err != nil {
+		return err
+	}
+	attached := 0
+	for _, pid := range pids {
+		if published[pid] {
+			continue
+		}
+		if err := s.attach(ctx, table, next, pid); err != nil {
+			return err
+		}
+		attached++
+	}
+	if err := s.exec(ctx, "drop staging table of "+table, s.dropStmt(next)); err != nil {
+		return err
+	}
+	s.log.Info("committed load published by recovery", "load", loadID, "table", table,
+		"partitions", len(pids), "already_published", len(pids)-attached)
+	return nil
+}
+
+// stagesOf lists the staging tables of a load for one target.
+func (s *Sink) stagesOf(ctx context.Context, enc, table string) ([]string, error) {
+	ages, err := s.objectAges(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name := range ages {
+		if _, e, t, ok := parseStage(name); ok && e == enc && t == table {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

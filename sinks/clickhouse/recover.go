@@ -1,0 +1,242 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// Recover rolls committed loads forward, removes the uncommitted loads,
+// markers and locks of processes that stopped, and returns the ledger.
+// Loads of live processes sharing the database are left alone, except that
+// a committed load is published by whoever gets to it first (fenced, so
+// never twice).
+func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
+	if err := s.ensureSystem(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.lastMnt = time.Now()
+	s.mu.Unlock()
+	if err := s.maintain(ctx, true); err != nil {
+		return nil, err
+	}
+	return s.Ledger(ctx)
+}
+
+// maybeMaintain runs the periodic maintenance at most every maintainEvery;
+// it logs what fails rather than failing the load that triggered it.
+func (s *Sink) maybeMaintain(ctx context.Context) {
+	s.mu.Lock()
+	due := time.Since(s.lastMnt) >= maintainEvery
+	if due {
+		s.lastMnt = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := s.maintain(ctx, false); err != nil {
+		s.log.Warn("maintenance failed; retried later", "err", err)
+	}
+}
+
+// loadObjects are the protocol objects of one load found in the database.
+type loadObjects struct {
+	enc       string
+	id        string
+	marker    bool
+	markerAge time.Duration
+	stages    map[string]time.Duration // staging table name -> age
+}
+
+// maintain finishes what stopped processes left: committed loads are
+// published (by the periodic run only once they are older than the grace
+// period, so that live writers publish their own), uncommitted loads and
+// locks of stopped processes are fenced and dropped.
+func (s *Sink) maintain(ctx context.Context, force bool) error {
+	if err := s.resolvePending(ctx); err != nil {
+		return err
+	}
+	ages, err := s.objectAges(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	busy := make(map[string]bool, len(s.inflight))
+	for enc := range s.inflight {
+		busy[enc] = true
+	}
+	for enc := range s.pending {
+		busy[enc] = true
+	}
+	s.mu.Unlock()
+
+	loads := map[string]*loadObjects{}
+	get := func(enc string) *loadObjects {
+		lo := loads[enc]
+		if lo == nil {
+			lo = &loadObjects{enc: enc, stages: map[string]time.Duration{}}
+			loads[enc] = lo
+		}
+		return lo
+	}
+	var locks []string
+	for name, age := range ages {
+		if _, enc, _, ok := parseStage(name); ok {
+			get(enc).stages[name] = age
+		} else if enc, ok := parseMarker(name); ok {
+			lo := get(enc)
+			lo.marker, lo.markerAge = true, age
+		} else if len(name) > len(lockPrefix) && name[:len(lockPrefix)] == lockPrefix {
+			locks = append(locks, name)
+		}
+	}
+	var ids []string
+	for enc, lo := range loads {
+		if busy[enc] {
+			delete(loads, enc)
+			continue
+		}
+		id, err := decodeID(enc)
+		if err != nil {
+			s.log.Warn("object with an unreadable load id left alone", "load", enc, "err", err)
+			delete(loads, enc)
+			continue
+		}
+		lo.id = id
+		ids = append(ids, id)
+	}
+	committed, err := s.committedAt(ctx, ids)
+	if err != nil {
+		return err
+	}
+	alive, err := s.aliveOwners(ctx)
+	if err != nil {
+		return err
+	}
+	encs := sortedKeys(loads)
+	for _, enc := range encs {
+		lo := loads[enc]
+		if at, ok := committed[lo.id]; ok {
+			if !force && time.Since(at) < s.grace {
+				continue
+			}
+			if err := s.finishCommitted(ctx, lo); err != nil {
+				return err
+			}
+			continue
+		}
+		owner := ""
+		age := lo.markerAge
+		if lo.marker {
+			o, ok, err := s.markerOwner(ctx, enc)
+			if err != nil {
+				return err
+			}
+			if ok {
+				owner = o
+			}
+		} else {
+			age = time.Duration(1<<63 - 1)
+			for _, a := range lo.stages {
+				age = min(age, a)
+			}
+		}
+		if !s.abandoned(owner, age, alive) {
+			continue
+		}
+		// Fence first: once the marker is gone the load cannot commit.
+		if err := s.fence(ctx, markerName(enc)); err != nil {
+			return err
+		}
+		again, err := s.committedAt(ctx, []string{lo.id})
+		if err != nil {
+			return err
+		}
+		if _, ok := again[lo.id]; ok {
+			if err := s.finishCommitted(ctx, lo); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, name := range sortedKeys(lo.stages) {
+			if err := s.exec(ctx, "drop staging table", s.dropStmt(name)); err != nil {
+				return err
+			}
+		}
+		s.log.Info("uncommitted load of a stopped process removed", "load", lo.id, "staging_tables", len(lo.stages))
+	}
+	slices.Sort(locks)
+	for _, name := range locks {
+		h, ok, err := s.holder(ctx, name, true)
+		if err != nil {
+			return err
+		}
+		if !ok || busy[h.enc] {
+			continue
+		}
+		id, derr := decodeID(h.enc)
+		take := derr != nil && h.age > s.grace
+		if derr == nil {
+			at, err := s.committedAt(ctx, []string{id})
+			if err != nil {
+				return err
+			}
+			_, done := at[id]
+			take = done || s.abandoned(h.owner, h.age, alive)
+		}
+		if take {
+			if err := s.fence(ctx, name); err != nil {
+				return err
+			}
+			s.log.Info("lock of a finished or stopped load removed", "lock", name, "load", h.enc)
+		}
+	}
+	return nil
+}
+
+// finishCommitted publishes a committed load's staging tables and drops its
+// marker.
+func (s *Sink) finishCommitted(ctx context.Context, lo *loadObjects) error {
+	tables := map[string]bool{}
+	for name := range lo.stages {
+		if _, _, table, ok := parseStage(name); ok {
+			tables[table] = true
+		}
+	}
+	for _, table := range sortedKeys(tables) {
+		if err := s.rollForward(ctx, lo.enc, lo.id, table); err != nil {
+			return err
+		}
+	}
+	return s.exec(ctx, "drop marker", s.dropStmt(markerName(lo.enc)))
+}
+
+// markerOwner reads the owner a load's marker names; ok is false when the
+// marker is gone.
+func (s *Sink) markerOwner(ctx context.Context, enc string) (string, bool, error) {
+	rows, err := s.conn.Query(ctx, "SELECT owner FROM "+s.table(markerName(enc)))
+	if gone(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("clickhouse: read marker of load %s: %w", enc, err)
+	}
+	defer rows.Close()
+	var owner string
+	found := false
+	for rows.Next() {
+		if err := rows.Scan(&owner); err != nil {
+			return "", false, fmt.Errorf("clickhouse: read marker of load %s: %w", enc, err)
+		}
+		found = true
+	}
+	if err := rows.Err(); err != nil {
+		return "", false, fmt.Errorf("clickhouse: read marker of load %s: %w", enc, err)
+	}
+	return owner, found, nil
+}

@@ -1,0 +1,97 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// Scan returns a table's logical content, which in ClickHouse is simply the
+// table: only published loads are in it. _sluice_loads and
+// _sluice_dead_letters are limited to Options.Pipeline when it is set.
+func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
+	if table == batch.LoadsTable {
+		return s.scanLoads(ctx)
+	}
+	if strings.HasPrefix(table, sluicePrefix) && table != batch.DeadLettersTable {
+		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, sinks.ErrUnknownTable)
+	}
+	if !validIdent(table) {
+		return nil, fmt.Errorf("clickhouse: scan %q: %w", table, sinks.ErrUnknownTable)
+	}
+	info, err := s.info(ctx, table)
+	if err != nil {
+		return nil, err
+	}
+	cols := append(append([]column(nil), info.columns...), column{
+		Column: batch.Column{Name: batch.LoadIDColumn, Type: batch.String}, chType: "String", storage: storeString})
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = quote(c.Name)
+	}
+	q := "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(table)
+	var args []any
+	if table == batch.DeadLettersTable && s.opts.Pipeline != "" {
+		q += " WHERE pipeline = ?"
+		args = append(args, s.opts.Pipeline)
+	}
+	return s.read(ctx, table, cols, q, args...)
+}
+
+// read runs a query whose result columns are cols into a batch.
+func (s *Sink) read(ctx context.Context, table string, cols []column, q string, args ...any) (*batch.Batch, error) {
+	schema := batch.Schema{Columns: make([]batch.Column, len(cols))}
+	readers := make([]reader, len(cols))
+	dests := make([]any, len(cols))
+	for i, c := range cols {
+		schema.Columns[i] = c.Column
+		readers[i] = newReader(c)
+		dests[i] = readers[i].dest
+	}
+	out := batch.New(schema, 0)
+	rows, err := s.conn.Query(ctx, q, args...)
+	if gone(err) {
+		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, sinks.ErrUnknownTable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dests...); err != nil {
+			return nil, fmt.Errorf("clickhouse: scan %s: %w", table, err)
+		}
+		for i, r := range readers {
+			r.push(out.Vectors[i])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// scanLoads returns _sluice_loads as batch.LoadsSchema.
+func (s *Sink) scanLoads(ctx context.Context) (*batch.Batch, error) {
+	led, err := s.Ledger(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := batch.New(batch.LoadsSchema, len(led.Loads))
+	for _, l := range led.Loads {
+		b.Vectors[0].AppendString(l.LoadID)
+		b.Vectors[1].AppendString(l.Pipeline)
+		b.Vectors[2].AppendString(l.Flow)
+		b.Vectors[3].AppendString(strings.Join(l.Targets, ","))
+		b.Vectors[4].AppendString(l.Positions.Encode())
+		b.Vectors[5].AppendInt(l.Rows)
+		b.Vectors[6].AppendInt(l.DeadLetters)
+		b.Vectors[7].AppendInt(l.Generation)
+		b.Vectors[8].AppendInt(l.CommittedAt.UTC().Truncate(time.Microsecond).UnixMicro())
+	}
+	return b, nil
+}

@@ -1,0 +1,198 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// conn is what the sink uses of a connection; clickhouse-go's driver.Conn
+// has it.
+type conn interface {
+	Exec(ctx context.Context, query string, args ...any) error
+	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
+	PrepareBatch(ctx context.Context, query string, opts ...driver.PrepareBatchOption) (driver.Batch, error)
+	Close() error
+}
+
+// Sink is a ClickHouse destination. It is safe for concurrent use.
+type Sink struct {
+	conn    conn
+	opts    Options
+	version string
+	feat    features
+	log     *slog.Logger
+	// grace: see defaultGrace. Tests shorten it.
+	grace time.Duration
+
+	resolveMu sync.Mutex // one resolvePending at a time
+
+	mu          sync.Mutex
+	systemReady bool                  // ensureSystem succeeded
+	dropSync    string                // " SYNC" in an Atomic database, so that a drop waits for running queries
+	tables      map[string]*tableInfo // by table name; dropped by Ensure
+	inflight    map[string]*load      // by encoded load id: between Begin and the end of Commit or Abort
+	pending     map[string]*load      // own loads whose commit or publication is unresolved
+	owner       string                // id of the latest heartbeat this process wrote
+	lastMnt     time.Time
+	hbSeq       uint64
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+
+// Open connects to the server and detects its version. The database is
+// created by Ensure, not here.
+func Open(ctx context.Context, opts Options) (*Sink, error) {
+	opts.withDefaults()
+	if !validIdent(opts.Database) {
+		return nil, fmt.Errorf("clickhouse: database name %q: use letters, digits and underscores", opts.Database)
+	}
+	settings := normalizeSettings(opts.Settings)
+	c, err := clickhouse.Open(&clickhouse.Options{
+		Addr:            opts.Addr,
+		Auth:            clickhouse.Auth{Username: opts.Username, Password: opts.Password},
+		TLS:             opts.TLS,
+		DialTimeout:     opts.DialTimeout,
+		ReadTimeout:     opts.ReadTimeout,
+		Settings:        settings,
+		Compression:     &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+		MaxOpenConns:    8,
+		MaxIdleConns:    4,
+		ConnMaxLifetime: time.Hour,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: connect to %v: %w", opts.Addr, err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("clickhouse: connect to %v: %w", opts.Addr, err)
+	}
+	v, err := c.ServerVersion()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("clickhouse: server version: %w", err)
+	}
+	if bad := textSettings(settings); len(bad) > 0 && v.Revision <= settingsAsStrings {
+		c.Close()
+		return nil, fmt.Errorf("clickhouse: settings %v have text values, which ClickHouse %d.%d cannot receive (only numbers and booleans, before 19.11): give numbers, or leave them out",
+			bad, v.Version.Major, v.Version.Minor)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := newSink(c, opts, log)
+	s.version = fmt.Sprintf("%d.%d.%d", v.Version.Major, v.Version.Minor, v.Version.Patch)
+	s.feat = featuresOf(int(v.Version.Major), int(v.Version.Minor))
+	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "version", s.version,
+		"datetime64", s.feat.dateTime64, "date32", s.feat.date32)
+	return s, nil
+}
+
+func newSink(c conn, opts Options, log *slog.Logger) *Sink {
+	return &Sink{
+		conn:     c,
+		opts:     opts,
+		log:      log,
+		grace:    defaultGrace,
+		tables:   map[string]*tableInfo{},
+		inflight: map[string]*load{},
+		pending:  map[string]*load{},
+	}
+}
+
+// settingsAsStrings is the protocol revision from which the server takes
+// settings as text (19.11); before, the driver sends only integers and
+// booleans.
+const settingsAsStrings = 54429
+
+// normalizeSettings turns the text of integers and booleans (as a spec
+// gives settings) into numbers, which every server version accepts.
+func normalizeSettings(in map[string]any) clickhouse.Settings {
+	out := clickhouse.Settings{}
+	for k, v := range in {
+		switch x := v.(type) {
+		case string:
+			if i, err := strconv.Atoi(x); err == nil {
+				out[k] = i
+				continue
+			}
+			if b, err := strconv.ParseBool(x); err == nil {
+				out[k] = b
+				continue
+			}
+		case int64:
+			out[k] = int(x)
+			continue
+		case uint64:
+			out[k] = int(x)
+			continue
+		case float64:
+			if x == float64(int(x)) {
+				out[k] = int(x)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// textSettings lists the settings that are neither integers nor booleans.
+func textSettings(s clickhouse.Settings) []string {
+	var out []string
+	for k, v := range s {
+		switch v.(type) {
+		case int, bool:
+		default:
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ServerVersion returns the server's version as major.minor.patch.
+func (s *Sink) ServerVersion() string { return s.version }
+
+// Close closes the connections. Loads still open are left to recovery.
+func (s *Sink) Close() error {
+	if err := s.conn.Close(); err != nil {
+		return fmt.Errorf("clickhouse: close: %w", err)
+	}
+	return nil
+}
+
+// table returns the quoted, database-qualified name of a table.
+func (s *Sink) table(name string) string { return quote(s.opts.Database) + "." + quote(name) }
+
+// exec runs a statement, wrapping its error with what it was doing.
+func (s *Sink) exec(ctx context.Context, what, query string, args ...any) error {
+	if err := s.conn.Exec(ctx, query, args...); err != nil {
+		return fmt.Errorf("clickhouse: %s: %w", what, err)
+	}
+	return nil
+}
+
+// dropStmt returns the statement dropping a table or view.
+func (s *Sink) dropStmt(name string) string {
+	s.mu.Lock()
+	suffix := s.dropSync
+	s.mu.Unlock()
+	return "DROP TABLE IF EXISTS " + s.table(name) + suffix
+}
+
+func (s *Sink) currentOwner() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owner
+}
