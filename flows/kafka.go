@@ -16,32 +16,51 @@ import (
 	"github.com/sluicehq/sluice/sinks"
 )
 
-// runKafkaFlow consumes one append flow's topic into its target.
-func (r *runner) runKafkaFlow(ctx context.Context, f *spec.Flow) error {
-	target := r.p.Table(f.Target)
-	if target == nil {
-		return fmt.Errorf("target %s is not a table of the spec", f.Target)
-	}
-	proto, err := decode.NewJSON(f.SourceSchema())
-	if err != nil {
-		return err
-	}
-	h := &appendHandler{
-		r:      r,
-		flow:   f,
-		target: target.Schema,
-		log:    r.log.With("flow", f.Name),
-		pool:   sync.Pool{New: func() any { return proto.Clone() }},
-	}
+// batchHandler is what a Kafka flow does with one batch: it returns the
+// function that writes the batch into a load, and the counts the ledger
+// records. Handlers of CDC flows also get told how the load ended.
+type batchHandler interface {
+	prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error)
+}
+
+// prepared is a batch ready to load.
+type prepared struct {
+	write       func(ctx context.Context, ld sinks.Load) error
+	rows        int64
+	deadLetters int64
+	// done, when set, runs after the load ended: committed true when its
+	// ledger row was written (by this attempt or an earlier one), false when
+	// the outcome is unknown or the load was abandoned. It runs before the
+	// next batch of the target is prepared.
+	done func(committed bool)
+	// unlock, when set, runs after done: CDC flows hold the target from
+	// prepare until the load ended.
+	unlock func()
+}
+
+// kafkaFlow consumes one flow's topic; each batch of a partition becomes one
+// load of the flow's target.
+type kafkaFlow struct {
+	r       *runner
+	flow    *spec.Flow
+	log     *slog.Logger
+	handler batchHandler
+
+	rows, deadLetters, loads atomic.Int64
+}
+
+// runKafkaFlow consumes one flow's topic into its target.
+func (r *runner) runKafkaFlow(ctx context.Context, f *spec.Flow, h batchHandler) error {
+	kf := &kafkaFlow{r: r, flow: f, log: r.log.With("flow", f.Name), handler: h}
 	cfg, err := r.consumerConfig(f)
 	if err != nil {
 		return err
 	}
-	h.log.Info("flow starting", "topic", cfg.Topic, "group", cfg.Group, "mode", r.opts.Mode.String())
+	kf.log.Info("flow starting", "kind", f.Kind, "topic", cfg.Topic, "group", cfg.Group, "mode", r.opts.Mode.String())
 	start := time.Now()
-	err = consumer.Consume(ctx, cfg, h)
-	h.log.Info("flow stopped", "rows", h.rows.Load(), "dead_letters", h.deadLetters.Load(),
-		"loads", h.loads.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
+	err = consumer.Consume(ctx, cfg, kf)
+	kf.log.Info("flow stopped", "rows", kf.rows.Load(), "dead_letters", kf.deadLetters.Load(),
+		"loads", kf.loads.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
 	return err
 }
 
@@ -67,19 +86,9 @@ func (r *runner) consumerConfig(f *spec.Flow) (consumer.Config, error) {
 	return cfg, nil
 }
 
-// appendHandler writes each batch of records as one load of the target.
-type appendHandler struct {
-	r      *runner
-	flow   *spec.Flow
-	target batch.Schema
-	log    *slog.Logger
-	pool   sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
-
-	rows, deadLetters, loads atomic.Int64
-}
-
-func (h *appendHandler) Positions(ctx context.Context, topic string, partitions []int32) (map[int32]int64, error) {
-	all, err := h.r.kafkaPositions(ctx, h.flow.Name)
+// Positions returns the ledger positions of the flow's partitions.
+func (kf *kafkaFlow) Positions(ctx context.Context, topic string, partitions []int32) (map[int32]int64, error) {
+	all, err := kf.r.kafkaPositions(ctx, kf.flow.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -92,52 +101,51 @@ func (h *appendHandler) Positions(ctx context.Context, topic string, partitions 
 	return out, nil
 }
 
-func (h *appendHandler) Process(ctx context.Context, rb *consumer.RecordBatch) error {
-	dec := h.pool.Get().(*decode.JSON)
-	out := batch.New(dec.Schema(), len(rb.Records))
-	dls := dec.DecodeAll(rb.Records, out, nil)
-	h.pool.Put(dec)
-
-	now := time.Now().UTC()
-	for i := range dls {
-		dls[i].Pipeline, dls[i].Flow, dls[i].Target, dls[i].At = h.r.p.Pipeline, h.flow.Name, h.flow.Target, now
+// Process loads one batch and returns once its ledger row is written.
+func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) error {
+	p, err := kf.handler.prepare(ctx, rb)
+	if err != nil {
+		return err
 	}
-	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
-		d := dls[0]
-		return fmt.Errorf("record %s %s: %s (%s); on_error: fail, nothing of the batch committed",
-			d.Source, d.Position, d.Error, d.Reason)
-	}
-	rows := Project(out, h.target)
+	committed := false
+	defer func() {
+		if p.done != nil {
+			p.done(committed)
+		}
+		if p.unlock != nil {
+			p.unlock()
+		}
+	}()
 
 	tp := batch.TopicPartition{Topic: rb.Topic, Partition: rb.Partition}
 	c := sinks.Commit{
 		From:        batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.From}},
 		To:          batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.Next}},
-		Rows:        int64(rows.Len()),
-		DeadLetters: int64(len(dls)),
+		Rows:        p.rows,
+		DeadLetters: p.deadLetters,
 	}
 	attempts := 0
-	err := h.r.retry(ctx, "load", func(ctx context.Context) error {
+	err = kf.r.retry(ctx, "load", func(ctx context.Context) error {
 		attempts++
-		return h.load(ctx, rb, rows, dls, c)
+		return kf.load(ctx, rb, p, c)
 	})
 	if errors.Is(err, sinks.ErrStale) {
 		// Either an earlier attempt of this very load committed before its
 		// error reached us (the ledger then stands at rb.Next), or another
 		// writer took the partition over: its rows are its own, and ours
 		// must not be published twice.
-		pos, perr := h.r.kafkaPositions(ctx, h.flow.Name)
+		pos, perr := kf.r.kafkaPositions(ctx, kf.flow.Name)
 		if perr != nil {
 			return perr
 		}
 		switch {
 		case attempts > 1 && pos[tp] == rb.Next:
 			err = nil
-		case h.r.opts.Mode == ModeRun:
+		case kf.r.opts.Mode == ModeRun:
 			// The group gave the partition to another member: this
 			// session is over, and the rebalance that ends it seeks the
 			// partition's next owner to the ledger.
-			h.log.Warn("batch abandoned: another writer committed this partition", "topic", rb.Topic,
+			kf.log.Warn("batch abandoned: another writer committed this partition", "topic", rb.Topic,
 				"partition", rb.Partition, "from", rb.From, "ledger", pos[tp])
 			return nil
 		default:
@@ -148,46 +156,106 @@ func (h *appendHandler) Process(ctx context.Context, rb *consumer.RecordBatch) e
 	if err != nil {
 		return err
 	}
-	h.rows.Add(c.Rows)
-	h.deadLetters.Add(c.DeadLetters)
-	h.loads.Add(1)
-	h.log.Debug("load committed", "topic", rb.Topic, "partition", rb.Partition,
+	committed = true
+	kf.rows.Add(c.Rows)
+	kf.deadLetters.Add(c.DeadLetters)
+	kf.loads.Add(1)
+	kf.log.Debug("load committed", "topic", rb.Topic, "partition", rb.Partition,
 		"from", rb.From, "next", rb.Next, "rows", c.Rows, "dead_letters", c.DeadLetters)
 	return nil
 }
 
-func (h *appendHandler) load(ctx context.Context, rb *consumer.RecordBatch, rows *batch.Batch, dls []batch.DeadLetter, c sinks.Commit) error {
-	ld, err := h.r.sink.Begin(ctx, sinks.LoadMeta{
+func (kf *kafkaFlow) load(ctx context.Context, rb *consumer.RecordBatch, p *prepared, c sinks.Commit) error {
+	ld, err := kf.r.sink.Begin(ctx, sinks.LoadMeta{
 		LoadID:     newLoadID(),
-		Pipeline:   h.r.p.Pipeline,
-		Flow:       h.flow.Name,
-		Targets:    []string{h.flow.Target},
+		Pipeline:   kf.r.p.Pipeline,
+		Flow:       kf.flow.Name,
+		Targets:    []string{kf.flow.Target},
 		Generation: int64(rb.Generation),
 	})
 	if err != nil {
 		return err
 	}
-	if err := h.write(ctx, ld, rows, dls, c); err != nil {
+	err = p.write(ctx, ld)
+	if err == nil {
+		err = ld.Commit(ctx, c)
+	}
+	if err != nil {
 		if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
-			h.log.Warn("load not aborted; recovery removes it", "err", aerr)
+			kf.log.Warn("load not aborted; recovery removes it", "err", aerr)
 		}
 		return err
 	}
 	return nil
 }
 
-func (h *appendHandler) write(ctx context.Context, ld sinks.Load, rows *batch.Batch, dls []batch.DeadLetter, c sinks.Commit) error {
-	if rows.Len() > 0 {
-		if err := ld.Write(ctx, h.flow.Target, rows); err != nil {
-			return err
-		}
+// stampDeadLetters fills in what the decoders leave to the runner.
+func (r *runner) stampDeadLetters(f *spec.Flow, dls []batch.DeadLetter) {
+	now := time.Now().UTC()
+	for i := range dls {
+		dls[i].Pipeline, dls[i].Flow, dls[i].Target, dls[i].At = r.p.Pipeline, f.Name, f.Target, now
 	}
-	if len(dls) > 0 {
-		if err := ld.Write(ctx, batch.DeadLettersTable, batch.DeadLetterBatch(dls)); err != nil {
-			return err
-		}
+}
+
+// failOnDeadLetter returns the on_error: fail error for the first dead letter.
+func failOnDeadLetter(dls []batch.DeadLetter) error {
+	d := dls[0]
+	return fmt.Errorf("record %s %s: %s (%s); on_error: fail, nothing of the batch committed",
+		d.Source, d.Position, d.Error, d.Reason)
+}
+
+// appendHandler turns each batch into rows appended to the target.
+type appendHandler struct {
+	r      *runner
+	flow   *spec.Flow
+	target batch.Schema
+	pool   sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
+}
+
+func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
+	target := r.p.Table(f.Target)
+	if target == nil {
+		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
-	return ld.Commit(ctx, c)
+	proto, err := decode.NewJSON(f.SourceSchema())
+	if err != nil {
+		return nil, err
+	}
+	return &appendHandler{
+		r: r, flow: f, target: target.Schema,
+		pool: sync.Pool{New: func() any { return proto.Clone() }},
+	}, nil
+}
+
+func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*prepared, error) {
+	dec := h.pool.Get().(*decode.JSON)
+	out := batch.New(dec.Schema(), len(rb.Records))
+	dls := dec.DecodeAll(rb.Records, out, nil)
+	h.pool.Put(dec)
+	h.r.stampDeadLetters(h.flow, dls)
+	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
+		return nil, failOnDeadLetter(dls)
+	}
+	rows := Project(out, h.target)
+	return &prepared{
+		rows:        int64(rows.Len()),
+		deadLetters: int64(len(dls)),
+		write: func(ctx context.Context, ld sinks.Load) error {
+			if rows.Len() > 0 {
+				if err := ld.Write(ctx, h.flow.Target, rows); err != nil {
+					return err
+				}
+			}
+			return writeDeadLetters(ctx, ld, dls)
+		},
+	}, nil
+}
+
+func writeDeadLetters(ctx context.Context, ld sinks.Load, dls []batch.DeadLetter) error {
+	if len(dls) == 0 {
+		return nil
+	}
+	return ld.Write(ctx, batch.DeadLettersTable, batch.DeadLetterBatch(dls))
 }
 
 // Project returns a batch of the target schema holding b's columns: columns

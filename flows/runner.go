@@ -101,13 +101,10 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 }
 
 func (r *runner) execute(ctx context.Context) error {
-	var kafkaFlows []*spec.Flow
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
-		switch {
-		case f.Kind == spec.KindAppend && f.Source.Kafka != nil:
-			kafkaFlows = append(kafkaFlows, f)
-		default:
+		supported := f.Source.Kafka != nil && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC && f.Source.Kafka.Format == spec.FormatJSON)
+		if !supported {
 			return fmt.Errorf("flow %s: %s flows from %s sources are not supported by this version of sluice", f.Name, f.Kind, sourceKind(f))
 		}
 	}
@@ -127,6 +124,25 @@ func (r *runner) execute(ctx context.Context) error {
 	if _, err := r.sink.Recover(ctx); err != nil {
 		return err
 	}
+	targets, stopLeases, err := r.cdcTargets(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopLeases()
+
+	handlers := make([]batchHandler, len(r.p.Flows))
+	for i := range r.p.Flows {
+		f := &r.p.Flows[i]
+		var err error
+		if t := targets[f.Target]; t != nil {
+			handlers[i], err = r.newCDCHandler(f, t)
+		} else {
+			handlers[i], err = r.newAppendHandler(f)
+		}
+		if err != nil {
+			return fmt.Errorf("flow %s: %w", f.Name, err)
+		}
+	}
 
 	flowCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -135,11 +151,12 @@ func (r *runner) execute(ctx context.Context) error {
 		errs *multierror.Error
 		wg   sync.WaitGroup
 	)
-	for _, f := range kafkaFlows {
+	for i := range r.p.Flows {
+		f, h := &r.p.Flows[i], handlers[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.runKafkaFlow(flowCtx, f); err != nil {
+			if err := r.runKafkaFlow(flowCtx, f, h); err != nil {
 				mu.Lock()
 				errs = multierror.Append(errs, fmt.Errorf("flow %s: %w", f.Name, err))
 				mu.Unlock()
@@ -169,7 +186,14 @@ func sourceKind(f *spec.Flow) string {
 func Tables(p *spec.Pipeline) []sinks.Table {
 	out := make([]sinks.Table, 0, len(p.Tables))
 	for _, t := range p.Tables {
-		out = append(out, sinks.Table{Name: t.Name, Schema: t.Schema, OrderBy: t.OrderBy, PartitionBy: t.PartitionBy})
+		st := sinks.Table{Name: t.Name, Schema: t.Schema, OrderBy: t.OrderBy, PartitionBy: t.PartitionBy}
+		if t.CDC {
+			st.Kind, st.Keys = sinks.KindSCD1, t.Keys
+			if t.SCDType == 2 {
+				st.Kind = sinks.KindSCD2
+			}
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -1,0 +1,448 @@
+package flows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/cdc"
+	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/decode"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// DefaultStateCacheBytes bounds each CDC target's in-memory cache of key
+// states read back from the destination.
+const DefaultStateCacheBytes = 256 << 20
+
+// leaseTTL is how long a CDC target's lease outlives its last renewal.
+const leaseTTL = 30 * time.Second
+
+// cdcTarget is a CDC target shared by the flows that write it: their batches
+// apply one at a time, over one cache of committed key states.
+type cdcTarget struct {
+	name  string
+	table *spec.Table
+	mu    sync.Mutex // held from a batch's Apply until its load ended
+	cache *cdc.Cache
+}
+
+// stateStore reads a target's committed CDC state from the sink.
+type stateStore struct {
+	sr    sinks.StateReader
+	table string
+}
+
+func (s stateStore) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
+	raw, err := s.sr.GetState(ctx, s.table, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*cdc.KeyState, len(raw))
+	for k, v := range raw {
+		if k == "" || v == nil {
+			continue
+		}
+		st := new(cdc.KeyState)
+		if err := st.UnmarshalBinary(v); err != nil {
+			return nil, fmt.Errorf("state of %s: %w", s.table, err)
+		}
+		out[k] = st
+	}
+	return out, nil
+}
+
+func (s stateStore) Table(ctx context.Context) (cdc.TableState, error) {
+	var ts cdc.TableState
+	raw, err := s.sr.GetState(ctx, s.table, []string{""})
+	if err != nil {
+		return ts, err
+	}
+	if v := raw[""]; v != nil {
+		if err := ts.UnmarshalBinary(v); err != nil {
+			return ts, fmt.Errorf("table state of %s: %w", s.table, err)
+		}
+	}
+	return ts, nil
+}
+
+// cdcTargets prepares the CDC targets of the pipeline: it takes each one's
+// lease, waiting while another process holds it, and keeps renewing it
+// until the returned stop is called.
+func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(), error) {
+	targets := map[string]*cdcTarget{}
+	for i := range r.p.Tables {
+		t := &r.p.Tables[i]
+		if !t.CDC {
+			continue
+		}
+		sr, ok := r.sink.(sinks.StateReader)
+		if !ok {
+			return nil, nil, fmt.Errorf("table %s: the destination does not support CDC targets", t.Name)
+		}
+		targets[t.Name] = &cdcTarget{name: t.Name, table: t, cache: cdc.NewCache(stateStore{sr: sr, table: t.Name}, DefaultStateCacheBytes)}
+	}
+	if len(targets) == 0 {
+		return targets, func() {}, nil
+	}
+	leaser, ok := r.sink.(sinks.Leaser)
+	if !ok {
+		return nil, nil, errors.New("the destination cannot lease CDC targets")
+	}
+	acquire := func(ctx context.Context, name string) error {
+		return r.retry(ctx, "lease "+name, func(ctx context.Context) error {
+			return leaser.AcquireLease(ctx, name, r.id, leaseTTL)
+		})
+	}
+	for name := range targets {
+		for logged := false; ; {
+			err := acquire(ctx, name)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, sinks.ErrLeaseHeld) {
+				return nil, nil, fmt.Errorf("table %s: %w", name, err)
+			}
+			if !logged {
+				r.log.Info("waiting for another process to release the table", "table", name)
+				logged = true
+			}
+			if err := sleep(ctx, time.Second); err != nil {
+				return nil, nil, err
+			}
+		}
+		r.log.Info("lease taken", "table", name)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(leaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				for name := range targets {
+					if err := acquire(context.WithoutCancel(ctx), name); err != nil {
+						r.log.Warn("lease not renewed", "table", name, "err", err)
+					}
+				}
+			}
+		}
+	}()
+	stop := func() {
+		close(done)
+		wg.Wait()
+		for name := range targets {
+			if err := leaser.ReleaseLease(context.WithoutCancel(ctx), name, r.id); err != nil {
+				r.log.Warn("lease not released; it expires by itself", "table", name, "err", err)
+			}
+		}
+	}
+	return targets, stop, nil
+}
+
+// cdcHandler applies each batch of an auto_cdc flow through the engine.
+type cdcHandler struct {
+	r      *runner
+	flow   *spec.Flow
+	target *cdcTarget
+	cfg    cdc.Config
+	engine *cdc.Engine
+	pool   sync.Pool // of *decode.JSON
+}
+
+func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) {
+	cfg := cdc.Config{
+		Pipeline:                          r.p.Pipeline,
+		Flow:                              f.Name,
+		Target:                            f.Target,
+		Source:                            f.SourceSchema(),
+		Table:                             t.table.Schema,
+		Kafka:                             f.Source.Kafka != nil,
+		Keys:                              f.Keys,
+		SequenceBy:                        f.SequenceBy,
+		ApplyAsDeletes:                    f.ApplyAsDeletes,
+		ApplyAsTruncates:                  f.ApplyAsTruncates,
+		ColumnList:                        f.ColumnList,
+		ExceptColumnList:                  f.ExceptColumnList,
+		SCDType:                           f.StoredAsSCDType,
+		TrackHistoryColumnList:            f.TrackHistoryColumnList,
+		TrackHistoryExceptColumnList:      f.TrackHistoryExceptColumnList,
+		IgnoreNullUpdates:                 f.IgnoreNullUpdates,
+		IgnoreNullUpdatesColumnList:       f.IgnoreNullUpdatesColumnList,
+		IgnoreNullUpdatesExceptColumnList: f.IgnoreNullUpdatesExceptColumnList,
+		TombstoneRetention:                f.TombstoneRetention,
+		FailOnError:                       f.OnError == spec.OnErrorFail,
+		Logger:                            r.log.With("flow", f.Name),
+	}
+	eng, err := cdc.New(cfg, t.cache)
+	if err != nil {
+		return nil, err
+	}
+	proto, err := decode.NewJSON(cfg.Source)
+	if err != nil {
+		return nil, err
+	}
+	return &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng,
+		pool: sync.Pool{New: func() any { return proto.Clone() }}}, nil
+}
+
+func (h *cdcHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
+	n := len(rb.Records)
+	dec := h.pool.Get().(*decode.JSON)
+	defer h.pool.Put(dec)
+	in := cdc.Input{
+		Batch:     batch.New(dec.Schema(), n),
+		Positions: make([]cdc.Position, 0, n),
+		Meta:      make([]cdc.RecordMeta, 0, n),
+		Payloads:  make([][]byte, 0, n),
+	}
+	var dls []batch.DeadLetter
+	for i := range rb.Records {
+		rec := &rb.Records[i]
+		if err := dec.Decode(rec, in.Batch); err != nil {
+			d := batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonUndecodable, Error: err.Error(), Payload: rec.Value}
+			var de *decode.Error
+			if errors.As(err, &de) {
+				d.Reason = de.Reason
+			}
+			dls = append(dls, d)
+			continue
+		}
+		in.Positions = append(in.Positions, cdc.Position{Flow: h.flow.Name, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
+		in.Meta = append(in.Meta, cdc.RecordMeta{Timestamp: rec.Timestamp, Key: rec.Key})
+		in.Payloads = append(in.Payloads, rec.Value)
+	}
+	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
+		h.r.stampDeadLetters(h.flow, dls)
+		return nil, failOnDeadLetter(dls)
+	}
+
+	t := h.target
+	t.mu.Lock()
+	in.Now = time.Now()
+	out, err := h.engine.Apply(ctx, in)
+	if err == nil && out.Refresh {
+		out, err = h.refresh(ctx, out, in.Now)
+	}
+	if err != nil {
+		t.mu.Unlock()
+		t.cache.Reset()
+		return nil, err
+	}
+	dls = append(dls, out.DeadLetters...)
+	h.r.stampDeadLetters(h.flow, dls)
+	return &prepared{
+		rows:        int64(out.Upserts.Len()),
+		deadLetters: int64(len(dls)),
+		write: func(ctx context.Context, ld sinks.Load) error {
+			if err := writeOutput(ctx, ld, h.flow.Target, out); err != nil {
+				return err
+			}
+			return writeDeadLetters(ctx, ld, dls)
+		},
+		done: func(committed bool) {
+			if committed {
+				t.cache.Commit(out)
+			} else {
+				t.cache.Reset()
+			}
+		},
+		unlock: t.mu.Unlock,
+	}, nil
+}
+
+// writeOutput stages an engine Output into a load of the target.
+func writeOutput(ctx context.Context, ld sinks.Load, table string, out *cdc.Output) error {
+	cl, ok := ld.(sinks.CDCLoad)
+	if !ok {
+		return fmt.Errorf("table %s: the destination does not support CDC targets", table)
+	}
+	if out.Table != nil {
+		if b := out.Table.Newest(); b != nil {
+			if err := cl.TruncateBelow(ctx, table, b.Seq); err != nil {
+				return err
+			}
+		}
+	}
+	if out.Deletes.Len() > 0 {
+		if err := cl.Remove(ctx, table, out.Deletes.Batch, out.Deletes.Keys, out.Deletes.Seqs); err != nil {
+			return err
+		}
+	}
+	if out.Upserts.Len() > 0 {
+		if err := cl.Upsert(ctx, table, out.Upserts.Batch, out.Upserts.Keys, out.Upserts.Seqs); err != nil {
+			return err
+		}
+	}
+	entries := make([]sinks.StateEntry, 0, len(out.States)+1)
+	for _, kc := range out.States {
+		e := sinks.StateEntry{Key: kc.Key}
+		if kc.State != nil {
+			v, err := kc.State.MarshalBinary()
+			if err != nil {
+				return fmt.Errorf("state of %s: %w", table, err)
+			}
+			e.Value = v
+		}
+		entries = append(entries, e)
+	}
+	if out.Table != nil {
+		v, err := out.Table.MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("table state of %s: %w", table, err)
+		}
+		entries = append(entries, sinks.StateEntry{Key: "", Value: v})
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	return cl.PutState(ctx, table, entries)
+}
+
+// refresh answers Output.Refresh: a truncate arrived after rows it cannot
+// remove but whose values it changes (ignore-null). Every key of the
+// target is re-derived over the state the Output leaves, and both outputs
+// become one.
+func (h *cdcHandler) refresh(ctx context.Context, out *cdc.Output, now time.Time) (*cdc.Output, error) {
+	cur, err := h.r.sink.Scan(ctx, h.flow.Target)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var keys []string
+	add := func(k string) {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for i := range cur.Len() {
+		k, err := h.engine.KeyOf(cur, i)
+		if err != nil {
+			return nil, err
+		}
+		add(k)
+	}
+	for _, k := range out.Upserts.Keys {
+		add(k)
+	}
+	eng, err := cdc.New(h.cfg, overlay{base: h.target.cache, out: out})
+	if err != nil {
+		return nil, err
+	}
+	again, err := eng.Refresh(ctx, keys, now)
+	if err != nil {
+		return nil, err
+	}
+	h.r.log.Info("truncate under ignore-null: rows rewritten", "flow", h.flow.Name, "keys", len(keys))
+	return mergeOutputs(out, again), nil
+}
+
+// overlay is a state store showing an uncommitted Output over a committed one.
+type overlay struct {
+	base cdc.StateStore
+	out  *cdc.Output
+}
+
+func (o overlay) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
+	m, err := o.base.Get(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[string]*cdc.KeyState, len(m))
+	for k, v := range m {
+		res[k] = v
+	}
+	for _, kc := range o.out.States {
+		if kc.State == nil {
+			delete(res, kc.Key)
+		} else {
+			res[kc.Key] = kc.State
+		}
+	}
+	return res, nil
+}
+
+func (o overlay) Table(ctx context.Context) (cdc.TableState, error) {
+	if o.out.Table != nil {
+		return *o.out.Table, nil
+	}
+	return o.base.Table(ctx)
+}
+
+// mergeOutputs returns a followed by b as one Output: where both touch an
+// identity, b's word is the last.
+func mergeOutputs(a, b *cdc.Output) *cdc.Output {
+	later := map[[2]string]bool{}
+	mark := func(r cdc.Rows) {
+		for i := range r.Keys {
+			later[[2]string{r.Keys[i], r.Seqs[i]}] = true
+		}
+	}
+	mark(b.Upserts)
+	mark(b.Deletes)
+	keep := func(r cdc.Rows) cdc.Rows {
+		if r.Batch == nil {
+			return r
+		}
+		out := cdc.Rows{Batch: batch.New(r.Batch.Schema, r.Len())}
+		for i := range r.Keys {
+			if later[[2]string{r.Keys[i], r.Seqs[i]}] {
+				continue
+			}
+			out.Batch.AppendRow(r.Batch, i)
+			out.Keys = append(out.Keys, r.Keys[i])
+			out.Seqs = append(out.Seqs, r.Seqs[i])
+		}
+		return out
+	}
+	concat := func(x, y cdc.Rows) cdc.Rows {
+		if x.Len() == 0 {
+			return y
+		}
+		if y.Len() == 0 {
+			return x
+		}
+		out := cdc.Rows{Batch: batch.New(x.Batch.Schema, x.Len()+y.Len())}
+		for _, r := range []cdc.Rows{x, y} {
+			for i := range r.Keys {
+				out.Batch.AppendRow(r.Batch, i)
+			}
+			out.Keys = append(out.Keys, r.Keys...)
+			out.Seqs = append(out.Seqs, r.Seqs...)
+		}
+		return out
+	}
+	m := &cdc.Output{
+		Upserts:     concat(keep(a.Upserts), b.Upserts),
+		Deletes:     concat(keep(a.Deletes), b.Deletes),
+		Table:       a.Table,
+		DeadLetters: a.DeadLetters,
+		Stats:       a.Stats,
+	}
+	if b.Table != nil {
+		m.Table = b.Table
+	}
+	states := map[string]int{}
+	for _, kc := range a.States {
+		states[kc.Key] = len(m.States)
+		m.States = append(m.States, kc)
+	}
+	for _, kc := range b.States {
+		if i, ok := states[kc.Key]; ok {
+			m.States[i] = kc
+		} else {
+			m.States = append(m.States, kc)
+		}
+	}
+	return m
+}
