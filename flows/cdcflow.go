@@ -156,7 +156,10 @@ type cdcHandler struct {
 	target *cdcTarget
 	cfg    cdc.Config
 	engine *cdc.Engine
-	pool   sync.Pool // of *decode.JSON
+	pool   sync.Pool // of *decode.JSON or *decode.Debezium: decoders are not safe for concurrent use
+	// debezium: the source is Debezium envelopes; ops from the envelope
+	// decide unless the flow sets apply_as_deletes or apply_as_truncates.
+	debezium bool
 }
 
 func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) {
@@ -187,40 +190,26 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 	if err != nil {
 		return nil, err
 	}
+	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng}
+	if f.Source.Kafka.Format == spec.FormatDebezium {
+		proto, err := decode.NewDebezium(cfg.Source, f.Keys, f.StoredAsSCDType == 2)
+		if err != nil {
+			return nil, err
+		}
+		h.debezium = true
+		h.pool.New = func() any { return proto.Clone() }
+		return h, nil
+	}
 	proto, err := decode.NewJSON(cfg.Source)
 	if err != nil {
 		return nil, err
 	}
-	return &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng,
-		pool: sync.Pool{New: func() any { return proto.Clone() }}}, nil
+	h.pool.New = func() any { return proto.Clone() }
+	return h, nil
 }
 
 func (h *cdcHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
-	n := len(rb.Records)
-	dec := h.pool.Get().(*decode.JSON)
-	defer h.pool.Put(dec)
-	in := cdc.Input{
-		Batch:     batch.New(dec.Schema(), n),
-		Positions: make([]cdc.Position, 0, n),
-		Meta:      make([]cdc.RecordMeta, 0, n),
-		Payloads:  make([][]byte, 0, n),
-	}
-	var dls []batch.DeadLetter
-	for i := range rb.Records {
-		rec := &rb.Records[i]
-		if err := dec.Decode(rec, in.Batch); err != nil {
-			d := batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonUndecodable, Error: err.Error(), Payload: rec.Value}
-			var de *decode.Error
-			if errors.As(err, &de) {
-				d.Reason = de.Reason
-			}
-			dls = append(dls, d)
-			continue
-		}
-		in.Positions = append(in.Positions, cdc.Position{Flow: h.flow.Name, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
-		in.Meta = append(in.Meta, cdc.RecordMeta{Timestamp: rec.Timestamp, Key: rec.Key})
-		in.Payloads = append(in.Payloads, rec.Value)
-	}
+	in, dls := h.decode(rb)
 	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
 		h.r.stampDeadLetters(h.flow, dls)
 		return nil, failOnDeadLetter(dls)
@@ -258,6 +247,52 @@ func (h *cdcHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*pr
 		},
 		unlock: t.mu.Unlock,
 	}, nil
+}
+
+// decode turns a batch of records into the engine's input; records that do
+// not decode become dead letters.
+func (h *cdcHandler) decode(rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter) {
+	n := len(rb.Records)
+	var in cdc.Input
+	var dls []batch.DeadLetter
+	if h.debezium {
+		dec := h.pool.Get().(*decode.Debezium)
+		defer h.pool.Put(dec)
+		in.Batch = batch.New(dec.Schema(), n)
+		var from []int
+		in.Ops, from, dls = dec.DecodeAll(rb.Records, in.Batch, make([]cdc.Op, 0, n), make([]int, 0, n), nil)
+		if h.flow.ApplyAsDeletes != "" || h.flow.ApplyAsTruncates != "" {
+			in.Ops = nil // the flow's expressions decide
+		}
+		for _, i := range from {
+			h.addRecord(&in, &rb.Records[i])
+		}
+		return in, dls
+	}
+	dec := h.pool.Get().(*decode.JSON)
+	defer h.pool.Put(dec)
+	in.Batch = batch.New(dec.Schema(), n)
+	for i := range rb.Records {
+		rec := &rb.Records[i]
+		if err := dec.Decode(rec, in.Batch); err != nil {
+			d := batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonUndecodable, Error: err.Error(), Payload: rec.Value}
+			var de *decode.Error
+			if errors.As(err, &de) {
+				d.Reason = de.Reason
+			}
+			dls = append(dls, d)
+			continue
+		}
+		h.addRecord(&in, rec)
+	}
+	return in, dls
+}
+
+// addRecord records the position and metadata of a decoded row.
+func (h *cdcHandler) addRecord(in *cdc.Input, rec *batch.Record) {
+	in.Positions = append(in.Positions, cdc.Position{Flow: h.flow.Name, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
+	in.Meta = append(in.Meta, cdc.RecordMeta{Timestamp: rec.Timestamp, Key: rec.Key})
+	in.Payloads = append(in.Payloads, rec.Value)
 }
 
 // writeOutput stages an engine Output into a load of the target.

@@ -103,7 +103,7 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 func (r *runner) execute(ctx context.Context) error {
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
-		supported := f.Source.Kafka != nil && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC && f.Source.Kafka.Format == spec.FormatJSON)
+		supported := f.Source.Kafka != nil && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC)
 		if !supported {
 			return fmt.Errorf("flow %s: %s flows from %s sources are not supported by this version of sluice", f.Name, f.Kind, sourceKind(f))
 		}

@@ -1,6 +1,9 @@
 // Package decode turns raw source records into columnar batches of a fixed
 // schema: JSON messages (one object per message) with the Kafka metadata
-// fields and _file_path filled from the record.
+// fields and _file_path filled from the record, and Debezium change
+// envelopes (with or without the converter's schema part) into rows and
+// their CDC operations, with the envelope fields _op, _ts_ms and
+// _source_<field>.
 //
 // It owns the decoding rules of the spec (DESIGN.md, "The pipeline spec")
 // and the reason codes a record that does not decode is dead-lettered with.
