@@ -118,3 +118,91 @@ func BenchmarkScan(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*1_000_000)/b.Elapsed().Seconds(), "rows/s")
 }
+
+// cdcBench is a CDC target of rows rows (ids 0..rows-1) and as many key
+// states.
+func cdcBench(b *testing.B, rows int) *Sink {
+	b.Helper()
+	ctx := context.Background()
+	opts := testOpts(b.TempDir())
+	s := openTest(b, opts)
+	if err := s.Ensure(ctx, []sinks.Table{custTable}); err != nil {
+		b.Fatal(err)
+	}
+	const chunk = 250_000
+	for from := 0; from < rows; from += chunk {
+		c := cdcChange{}
+		for id := int64(from); id < int64(min(rows, from+chunk)); id++ {
+			c.up = append(c.up, cust{id, fmt.Sprintf("customer-%d", id), "eu", 1})
+			c.states = append(c.states, sinks.StateEntry{Key: ck(id), Value: []byte(fmt.Sprintf("state of %d at 1", id))})
+		}
+		if err := commitCDC(ctx, s, custTable.Name, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}
+
+// BenchmarkCDCLoad commits 100k upserts (and their states) into a 1M-row
+// SCD type 1 target: keys spread over every bucket (the whole table is
+// rewritten) or held in two of its 16 buckets (an eighth is).
+func BenchmarkCDCLoad(b *testing.B) {
+	const rows, n = 1_000_000, 100_000
+	ctx := context.Background()
+	s := cdcBench(b, rows)
+	buckets := manifestOf(&testing.T{}, s, custTable.Name).Buckets
+	for _, tc := range []struct {
+		name string
+		ids  func(round int) []int64
+	}{
+		{"every_bucket", func(round int) []int64 {
+			out := make([]int64, n)
+			for i := range out {
+				out[i] = int64((i*9 + round) % rows)
+			}
+			return out
+		}},
+		{"two_buckets", func(round int) []int64 {
+			ids := keysInBuckets(0, n, buckets, 1, 2)
+			return ids
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				var c cdcChange
+				for _, id := range tc.ids(i) {
+					c.up = append(c.up, cust{id, "updated", "eu", int64(2 + i)})
+					c.states = append(c.states, sinks.StateEntry{Key: ck(id), Value: []byte("state at 2")})
+				}
+				if err := commitCDC(ctx, s, custTable.Name, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
+
+// BenchmarkGetState reads the states of 100k random keys of a 1M-key
+// target.
+func BenchmarkGetState(b *testing.B) {
+	const rows, n = 1_000_000, 100_000
+	ctx := context.Background()
+	s := cdcBench(b, rows)
+	keys := make([]string, n)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for j := range keys {
+			keys[j] = ck(int64((j*7919 + i*31) % rows))
+		}
+		got, err := s.GetState(ctx, custTable.Name, keys)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) < n*9/10 {
+			b.Fatalf("%d states for %d keys", len(got), n)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "keys/s")
+}

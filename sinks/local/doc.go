@@ -4,7 +4,9 @@
 //
 // It owns everything under the destination folder and nothing else. It must
 // not know sources, Kafka or the CDC rules: it stores the columnar batches
-// and positions it is given, refuses stale loads, and publishes atomically.
+// and positions it is given, applies the row changes and hidden state the
+// CDC engine computed (by opaque identities), refuses stale loads, and
+// publishes atomically.
 //
 // # On-disk layout
 //
@@ -14,11 +16,14 @@
 //	  _sluice/                                       hidden state; never inside a table's folder
 //	    lock                                         flock: the destination lock
 //	    ledger.jsonl                                 the ledger: one JSON line per committed load
-//	    tables/<table>/schema.json                   declared columns and partition_by
+//	    tables/<table>/schema.json                   declared columns, partition_by, kind and keys
 //	    tables/<table>/v<N>/                         version N: immutable, hard links to data files
 //	    tables/<table>/v<N>.json                     its manifest: files, rows, and "through"
+//	    tables/<table>/v<N>.ids/<file>.ids           CDC targets: each file's row identities
+//	    tables/<table>/state.db                      CDC targets: key and table states (bbolt)
 //	    staging/<load id>/                           a load's files until published, and its .lock
 //	    staging/compact-<table>-<random>/            a compaction's inputs and output
+//	    leases/<table>                               flock: a CDC target's lease (and <table>.json, its holder)
 //	    heartbeats/<pipeline>/<id>.json              live processes of a pipeline
 //	    tmp/                                         symlinks and folders being made
 //
@@ -33,7 +38,8 @@
 //
 // # Files
 //
-// One column per table column, in order, then _sluice_load_id (string).
+// One column per table column, in order, then _sluice_load_id (string) for
+// an append target; a CDC target's files hold its columns only.
 // string: BYTE_ARRAY STRING; int64: INT64; float64: DOUBLE; bool: BOOLEAN;
 // timestamp: INT64 TIMESTAMP(MICROS, isAdjustedToUTC); date: INT32 DATE;
 // decimal(P,S): DECIMAL(P,S) over INT64 for P <= 18, over
@@ -45,6 +51,39 @@
 // Zstd (smaller; compaction runs in the background). Columns added to a table
 // later are missing from older files; Scan reads them as NULL.
 //
+// # CDC targets
+//
+// A table Ensure creates with sinks.KindSCD1 or KindSCD2 is a CDC target:
+// Begin's loads implement sinks.CDCLoad, and Write to it is refused; Ensure
+// refuses to change its kind or keys (a full refresh recreates it). Its
+// folder shows exactly its logical content (one row per key, or per
+// version), so Scan returns its declared columns and no _sluice_ column.
+// Each row's identity (the engine's encoded key, and its sequence: the
+// change it shows, or __START_AT) is kept outside the table's folder, in a
+// sidecar per data file listing the identities in row order (pairs.go).
+//
+// Rows are spread over buckets by a hash of their key (bucketHash; part of
+// the format): each bucket has at most one file per partition folder,
+// b<bucket>-<version>.parquet. The manifest records the bucket count, and
+// per file its bucket and least sequence. A load rewrites only the files
+// its changes touch: those of the buckets its keys fall in (when they lose
+// or gain rows) and, for a truncate, those whose least sequence is below
+// it; every other file is a hard link to the previous version's. The bucket
+// count is a power of two, 1 for a new table, multiplied when the buckets
+// average more than twice Options.BucketRows rows (then every file is
+// rewritten once, to buckets of half to all of BucketRows), up to 4096.
+//
+// A load stages its changes per CDC target: upserts in
+// <table>.cdc.up.parquet (the table's columns, then _sluice_key and
+// _sluice_seq), removed identities in <table>.cdc.rm, states in
+// <table>.cdc.st; the truncate barrier goes in the ledger line. Within a
+// load the truncate applies first, then removals, then upserts (the last
+// upsert of an identity wins), whatever the call order.
+//
+// Hidden state lives in state.db (go.etcd.io/bbolt): bucket "keys" holds the
+// key states, bucket "meta" the table state ("table") and "through", the seq
+// of the last load whose states it holds.
+//
 // # The commit protocol
 //
 // A load (Begin) creates _sluice/tmp/<load id>/, takes an flock on its
@@ -54,14 +93,19 @@
 //  1. Write streams each table's rows into staging/<load id>/<table>.<n>.parquet
 //     (one file per table, or per partition). Loads stage in parallel.
 //  2. Commit finishes the files and fsyncs them, the staging folder and
-//     _sluice/staging.
+//     _sluice/staging. For each CDC target the load changes, it prepares
+//     the new bucket files against the table's current version V, outside
+//     the lock, in staging/<load id>/<table>.cdc/prep/ (with plan.json: the
+//     files dropped and added), and records V in the ledger line.
 //  3. It takes the destination lock: a mutex in the process, then an
 //     exclusive flock on _sluice/lock across processes.
 //  4. It reads the ledger lines other writers appended, cutting a torn last
 //     line, and checks the load: for each Kafka position in Commit.From the
 //     ledger's position of (pipeline, flow, topic, partition) must equal it
 //     (an Offset < 0 means none: the ledger must have none). Otherwise the
-//     load is discarded and Commit returns sinks.ErrStale.
+//     load is discarded and Commit returns sinks.ErrStale. A load that
+//     changes a CDC target whose lease another Sink or process holds is
+//     discarded with sinks.ErrLeaseHeld.
 //  5. It appends the load's line (seq, load id, files, positions, counts,
 //     commit time) to _sluice/ledger.jsonl and fsyncs it. This is the commit
 //     point: a line cut short by a crash has no newline and is not committed.
@@ -70,6 +114,12 @@
 //     v<N+1> of hard links (the current version's files and the loads'
 //     staged files), fsynced; its manifest v<N+1>.json, whose "through" is
 //     the seq of the last load it holds, fsynced; the tables folder fsynced.
+//     A CDC target gets one version per load: from the prepared files when
+//     the table is still at the version they were prepared on, else from
+//     files built now (under the lock) from the staged changes; with its
+//     .ids folder beside it. Then, after the swap, the load's states go to
+//     state.db in one transaction that sets "through" to the load's seq,
+//     unless "through" is already there.
 //  7. It swaps the table: a new symlink in _sluice/tmp renamed over
 //     <path>/<table> (rename(2) is atomic: a reader sees the old version or
 //     the new), then fsyncs <path>.
@@ -81,7 +131,24 @@
 // Because loads are published in seq order under the lock, a table's
 // manifest says which loads it holds with one number, whatever compaction
 // merged: every load up to "through" that wrote the table. Publishing is
-// idempotent: loads at or below "through" are skipped.
+// idempotent: loads at or below "through" are skipped, for rows and for
+// states alike.
+//
+// GetState reads state.db in one read transaction. When the ledger holds a
+// load with states for the table above the file's "through" (its writer
+// died after the commit point, or its publishing failed), GetState first
+// takes the lock and publishes, so it always returns the state as of the
+// last committed load, and that state agrees with the rows. A reader of the
+// table's folder and a reader of its state may each see a load a moment
+// before the other (they switch one after the other); only the writer reads
+// state, after its commit returned.
+//
+// # Leases
+//
+// AcquireLease holds an exclusive flock on _sluice/leases/<table> until
+// ReleaseLease, Close, or the death of the process: the ttl plays no part.
+// Another holder, in this Sink, another Sink or another process, gets
+// sinks.ErrLeaseHeld.
 //
 // A commit that fails after step 5 returns an error saying the load is
 // committed: the next commit of any writer, or Recover, publishes it (a
@@ -94,14 +161,19 @@
 // removes the staging folders whose flock no one holds (loads whose writer
 // died before its commit point; live loads, in this or another process, are
 // locked and left alone), removes version folders newer than a table's
-// current one (a crash before the swap) and superseded ones, and returns the
-// ledger. Several processes may share a destination; Recover is safe while
+// current one (a crash before the swap) and superseded ones, with their
+// .ids folders, and returns the ledger. For a CDC target, publishing a load
+// a crash left behind applies its rows unless the manifest's "through"
+// holds it and its states unless state.db's does, so a crash at any step
+// ends with both. Several processes may share a destination; Recover is safe while
 // others write.
 //
 // # Compaction
 //
 // A background goroutine (every Options.CompactInterval; Close stops it), or
-// Compact, merges a table's small files per folder into one file: the inputs
+// Compact, merges an append target's small files per folder into one file
+// (a CDC target's loads already keep one file per bucket and folder, so
+// compaction leaves it alone): the inputs
 // are hard-linked into a locked staging folder and merged outside the lock;
 // then under the lock the current manifest is read again, and only if every
 // input is still in it is a new version published (the current files minus

@@ -22,12 +22,38 @@ import (
 type schemaJSON struct {
 	Columns     []columnJSON `json:"columns"`
 	PartitionBy []string     `json:"partition_by,omitempty"`
+	Kind        string       `json:"kind,omitempty"` // "scd1" or "scd2"; append targets have none
+	Keys        []string     `json:"keys,omitempty"` // CDC targets: the key columns
 }
 
 // tableDef is what the sink keeps of a table's declaration.
 type tableDef struct {
 	Schema      batch.Schema
 	PartitionBy []string
+	Kind        sinks.TableKind
+	Keys        []string // CDC targets only
+}
+
+func (d tableDef) cdc() bool { return d.Kind != sinks.KindAppend }
+
+func defOf(t sinks.Table) tableDef {
+	d := tableDef{Schema: t.Schema, PartitionBy: t.PartitionBy, Kind: t.Kind}
+	if d.cdc() {
+		d.Keys = t.Keys
+	}
+	return d
+}
+
+func kindName(k sinks.TableKind) string {
+	switch k {
+	case sinks.KindAppend:
+		return "append"
+	case sinks.KindSCD1:
+		return "scd1"
+	case sinks.KindSCD2:
+		return "scd2"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
 }
 
 type columnJSON struct {
@@ -37,7 +63,10 @@ type columnJSON struct {
 }
 
 func encodeSchema(d tableDef) []byte {
-	j := schemaJSON{PartitionBy: d.PartitionBy}
+	j := schemaJSON{PartitionBy: d.PartitionBy, Keys: d.Keys}
+	if d.cdc() {
+		j.Kind = kindName(d.Kind)
+	}
 	for _, c := range d.Schema.Columns {
 		j.Columns = append(j.Columns, columnJSON{Name: c.Name, Type: c.Type.String(), Nullable: c.Nullable})
 	}
@@ -53,7 +82,16 @@ func decodeSchema(data []byte) (tableDef, error) {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return tableDef{}, err
 	}
-	d := tableDef{PartitionBy: j.PartitionBy}
+	d := tableDef{PartitionBy: j.PartitionBy, Keys: j.Keys}
+	switch j.Kind {
+	case "":
+	case "scd1":
+		d.Kind = sinks.KindSCD1
+	case "scd2":
+		d.Kind = sinks.KindSCD2
+	default:
+		return tableDef{}, fmt.Errorf("unknown table kind %q", j.Kind)
+	}
 	for _, c := range j.Columns {
 		t, err := batch.ParseType(c.Type)
 		if err != nil {
@@ -119,6 +157,25 @@ func checkColumns(t sinks.Table) error {
 			errs = multierror.Append(errs, fmt.Errorf("partition_by names %s twice", p))
 		}
 		seenPart[p] = true
+	}
+	switch t.Kind {
+	case sinks.KindAppend:
+	case sinks.KindSCD1, sinks.KindSCD2:
+		if len(t.Keys) == 0 {
+			errs = multierror.Append(errs, errors.New("a CDC target needs key columns"))
+		}
+		seenKey := map[string]bool{}
+		for _, k := range t.Keys {
+			switch {
+			case t.Schema.Index(k) < 0:
+				errs = multierror.Append(errs, fmt.Errorf("key column %s is not a column of the table", k))
+			case seenKey[k]:
+				errs = multierror.Append(errs, fmt.Errorf("keys name %s twice", k))
+			}
+			seenKey[k] = true
+		}
+	default:
+		errs = multierror.Append(errs, fmt.Errorf("unknown table kind %d", int(t.Kind)))
 	}
 	return errs.ErrorOrNil()
 }
@@ -214,6 +271,11 @@ func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 			if !slices.Equal(stored.PartitionBy, t.PartitionBy) {
 				err = multierror.Append(err, fmt.Errorf("partition_by changed from %v to %v", stored.PartitionBy, t.PartitionBy))
 			}
+			if d := defOf(t); stored.Kind != d.Kind {
+				err = multierror.Append(err, fmt.Errorf("kind changed from %s to %s (a full refresh is needed)", kindName(stored.Kind), kindName(d.Kind)))
+			} else if !slices.Equal(stored.Keys, d.Keys) {
+				err = multierror.Append(err, fmt.Errorf("keys changed from %v to %v (a full refresh is needed)", stored.Keys, d.Keys))
+			}
 			if err != nil {
 				err = fmt.Errorf("stored schema differs: %w", err)
 			}
@@ -244,26 +306,34 @@ func (s *Sink) ensureTable(t sinks.Table, exists bool, added []string) error {
 		if err := syncDir(s.lay.tables()); err != nil {
 			return err
 		}
-		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(tableDef{t.Schema, t.PartitionBy})); err != nil {
+		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
 			return err
 		}
-		s.log.Info("table created", "table", t.Name, "columns", len(t.Schema.Columns))
+		s.log.Info("table created", "table", t.Name, "columns", len(t.Schema.Columns), "kind", kindName(t.Kind))
 	case len(added) > 0:
-		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(tableDef{t.Schema, t.PartitionBy})); err != nil {
+		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
 			return err
 		}
 		s.log.Info("schema changed", "table", t.Name, "added", added)
 	}
 	s.schemaMu.Lock()
-	s.schemas[t.Name] = tableDef{t.Schema, t.PartitionBy}
+	s.schemas[t.Name] = defOf(t)
 	s.schemaMu.Unlock()
+	if t.Kind != sinks.KindAppend {
+		if err := s.createState(t.Name); err != nil {
+			return err
+		}
+	}
 
 	// The table's folder: a symlink to its current version; a new table gets
-	// an empty version 0.
+	// an empty version 0 (a CDC target's with one bucket).
 	st, err := os.Lstat(s.lay.link(t.Name))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		empty := manifest{Version: 0, Created: time.Now().UTC()}
+		if t.Kind != sinks.KindAppend {
+			empty.Buckets = 1
+		}
 		if err := s.writeVersion(t.Name, empty, nil); err != nil {
 			return err
 		}

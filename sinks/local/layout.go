@@ -53,6 +53,43 @@ func (l layout) manifestFile(table string, v int64) string {
 	return filepath.Join(l.tableDir(table), versionName(v)+".json")
 }
 
+// idsDir holds the identity sidecars of version v of a CDC target: for each
+// data file <name>, <name>.ids lists its rows' (key, sequence).
+func (l layout) idsDir(table string, v int64) string {
+	return filepath.Join(l.tableDir(table), versionName(v)+idsSuffix)
+}
+
+const idsSuffix = ".ids"
+
+// stateFile is a CDC target's hidden state (bbolt).
+func (l layout) stateFile(table string) string { return filepath.Join(l.tableDir(table), "state.db") }
+
+func (l layout) leases() string { return filepath.Join(l.root, stateDir, "leases") }
+
+// leaseFile is flocked by the holder of a CDC target's lease.
+func (l layout) leaseFile(table string) string { return filepath.Join(l.leases(), table) }
+
+func (l layout) tmpFile(name string) string { return filepath.Join(l.tmp(), name) }
+
+// A load's staged changes of a CDC target: upserted rows with their
+// identities, removed identities, states, and the new bucket files prepared
+// before the commit point.
+func (l layout) stagedUpserts(loadID, table string) string {
+	return filepath.Join(l.stagingDir(loadID), table+".cdc.up.parquet")
+}
+
+func (l layout) stagedRemoves(loadID, table string) string {
+	return filepath.Join(l.stagingDir(loadID), table+".cdc.rm")
+}
+
+func (l layout) stagedStates(loadID, table string) string {
+	return filepath.Join(l.stagingDir(loadID), table+".cdc.st")
+}
+
+func (l layout) stagedPlan(loadID, table, name string) string {
+	return filepath.Join(l.stagingDir(loadID), table+".cdc", name)
+}
+
 // linkTarget is the symlink's content: relative, so that the destination
 // folder can be moved or mounted elsewhere.
 func (l layout) linkTarget(table string, v int64) string {

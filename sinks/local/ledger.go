@@ -24,7 +24,8 @@ type entry struct {
 	Pipeline    string          `json:"pipeline"`
 	Flow        string          `json:"flow"`
 	Targets     []string        `json:"targets"`
-	Files       []stagedFile    `json:"files"` // per table the load wrote, one per partition
+	Files       []stagedFile    `json:"files"`         // per table the load wrote, one per partition
+	CDC         []cdcEntry      `json:"cdc,omitempty"` // per CDC target the load changed
 	From        batch.Positions `json:"from"`
 	To          batch.Positions `json:"positions"`
 	Rows        int64           `json:"rows"`
@@ -42,6 +43,35 @@ type stagedFile struct {
 	N     int    `json:"n"`
 	Rows  int64  `json:"rows"`
 	Bytes int64  `json:"bytes"`
+}
+
+// cdcEntry is what a load staged for one CDC target: counts of its staged
+// upserts, removals and states (layout.stagedUpserts and the others), the
+// truncate barrier, and the version its prepared bucket files were built
+// on.
+type cdcEntry struct {
+	Table    string `json:"table"`
+	Upserts  int64  `json:"upserts,omitempty"`
+	Removes  int64  `json:"removes,omitempty"`
+	States   int64  `json:"states,omitempty"`
+	Truncate []byte `json:"truncate,omitempty"` // rows whose sequence is below it go
+	// Prepared is the table version the load's bucket files were prepared
+	// against before its commit point; -1 when none were. Publishing uses
+	// them when the table is still at that version, else rebuilds them.
+	Prepared int64 `json:"prepared"`
+}
+
+// rowChanges reports whether the entry changes rows.
+func (c *cdcEntry) rowChanges() bool { return c.Upserts > 0 || c.Removes > 0 || c.Truncate != nil }
+
+// cdcFor returns the entry's changes of a CDC target, or nil.
+func (e *entry) cdcFor(table string) *cdcEntry {
+	for i := range e.CDC {
+		if e.CDC[i].Table == table {
+			return &e.CDC[i]
+		}
+	}
+	return nil
 }
 
 func (e *entry) record() batch.LoadRecord {
@@ -76,7 +106,10 @@ type ledger struct {
 	entries []entry
 	ids     map[string]int64 // load id -> seq
 	pos     map[posKey]int64 // greatest Kafka offset reached
-	cut     int              // torn lines cut off, for the log
+	// stateLast is, per CDC target, the seq of the last load that staged
+	// states for it: GetState makes sure the state file holds it.
+	stateLast map[string]int64
+	cut       int // torn lines cut off, for the log
 }
 
 func openLedger(path string) (*ledger, error) {
@@ -84,7 +117,7 @@ func openLedger(path string) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ledger{path: path, f: f, ids: map[string]int64{}, pos: map[posKey]int64{}}, nil
+	return &ledger{path: path, f: f, ids: map[string]int64{}, pos: map[posKey]int64{}, stateLast: map[string]int64{}}, nil
 }
 
 func (l *ledger) close() error {
@@ -155,6 +188,11 @@ func (l *ledger) refresh(repair bool) error {
 func (l *ledger) add(e entry) {
 	l.entries = append(l.entries, e)
 	l.ids[e.LoadID] = e.Seq
+	for _, c := range e.CDC {
+		if c.States > 0 {
+			l.stateLast[c.Table] = e.Seq
+		}
+	}
 	for _, p := range e.To {
 		if p.Topic == "" {
 			continue

@@ -24,8 +24,12 @@ type load struct {
 	lk     *flock.Flock // held while the load lives, so Recover leaves it alone
 	tables map[string]*tableFiles
 	order  []string // tables in the order first written
-	err    error    // a failed Write leaves a file half written: the load can only be aborted
-	done   bool
+	// cdc holds the changes staged for CDC targets (Upsert, Remove,
+	// TruncateBelow, PutState), cdcOrder their tables in order.
+	cdc      map[string]*cdcStage
+	cdcOrder []string
+	err      error // a failed Write leaves a file half written: the load can only be aborted
+	done     bool
 }
 
 // tableFiles are a load's staged files of one table: one, or one per
@@ -148,6 +152,9 @@ func (l *load) tableFiles(table string, schema batch.Schema) (*tableFiles, error
 	if err != nil {
 		return nil, err
 	}
+	if def.cdc() {
+		return nil, errors.New("a CDC target changes through Upsert and Remove, not Write")
+	}
 	if !schema.Equal(def.Schema) {
 		return nil, fmt.Errorf("batch columns %v differ from the table's %v", describe(schema), describe(def.Schema))
 	}
@@ -260,7 +267,14 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 			e.Files = append(e.Files, stagedFile{Table: t, Dir: dir, N: pf.n, Rows: pf.rows, Bytes: size})
 		}
 	}
-	err := syncDir(l.dir)
+	ces, err := l.finishCDC()
+	if err == nil {
+		e.CDC = ces
+		err = l.prepare(ctx, e.CDC)
+	}
+	if err == nil {
+		err = syncDir(l.dir)
+	}
 	if err == nil {
 		err = syncDir(s.lay.staging())
 	}
@@ -278,8 +292,15 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 		return fmt.Errorf("local: commit %s: %w", l.meta.LoadID, err)
 	}
 	defer unlock()
+	for _, ce := range e.CDC {
+		if err == nil {
+			err = s.checkLease(ce.Table)
+		}
+	}
 	s.led.mu.Lock()
-	err = s.led.refresh(true)
+	if err == nil {
+		err = s.led.refresh(true)
+	}
 	if err == nil {
 		if err = s.led.checkStale(l.meta, c.From); err == nil {
 			if _, dup := s.led.ids[e.LoadID]; dup {
@@ -367,6 +388,7 @@ func (l *load) release() {
 
 // closeFiles closes the files still being written, unfinished.
 func (l *load) closeFiles() {
+	l.closeCDC()
 	for _, tf := range l.tables {
 		for _, pf := range tf.files {
 			if pf.fw != nil {

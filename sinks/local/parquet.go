@@ -153,16 +153,18 @@ func parquetNode(c batch.Column) parquet.Node {
 }
 
 // fileSchema returns the parquet schema of a table's files: its columns,
-// then _sluice_load_id.
-func fileSchema(s batch.Schema) *parquet.Schema {
+// then _sluice_load_id when withLoadID (append targets).
+func fileSchema(s batch.Schema, withLoadID bool) *parquet.Schema {
 	names := make([]string, 0, len(s.Columns)+1)
 	nodes := make([]parquet.Node, 0, len(s.Columns)+1)
 	for _, c := range s.Columns {
 		names = append(names, c.Name)
 		nodes = append(nodes, parquetNode(c))
 	}
-	names = append(names, batch.LoadIDColumn)
-	nodes = append(nodes, parquet.String())
+	if withLoadID {
+		names = append(names, batch.LoadIDColumn)
+		nodes = append(nodes, parquet.String())
+	}
 	return parquet.NewSchema("sluice", newOrderedGroup(names, nodes))
 }
 
@@ -174,6 +176,7 @@ type fileWriter struct {
 	cols    []*parquet.ColumnWriter
 	schema  batch.Schema
 	loadID  string
+	loadCol bool  // the file has a _sluice_load_id column holding loadID
 	rows    int64 // rows written
 	rgRows  int   // rows in the current row group
 	flushed int64 // file size estimate at the last row group's end
@@ -184,12 +187,22 @@ type fileWriter struct {
 // createFile creates path and returns a writer of schema's files whose
 // _sluice_load_id column holds loadID.
 func createFile(path string, schema batch.Schema, loadID string, codec compress.Codec) (*fileWriter, error) {
+	return newFileWriter(path, schema, loadID, true, codec)
+}
+
+// createPlainFile creates path and returns a writer of files with the
+// columns of schema only: a CDC target's data files and staged upserts.
+func createPlainFile(path string, schema batch.Schema, codec compress.Codec) (*fileWriter, error) {
+	return newFileWriter(path, schema, "", false, codec)
+}
+
+func newFileWriter(path string, schema batch.Schema, loadID string, loadCol bool, codec compress.Codec) (*fileWriter, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	opts := []parquet.WriterOption{
-		fileSchema(schema),
+		fileSchema(schema, loadCol),
 		parquet.Compression(codec),
 		parquet.WriteBufferSize(1 << 20),
 		parquet.CreatedBy("sluice", "", ""),
@@ -204,12 +217,13 @@ func createFile(path string, schema batch.Schema, loadID string, codec compress.
 	}
 	w := parquet.NewGenericWriter[any](f, opts...)
 	return &fileWriter{
-		f:      f,
-		w:      w,
-		cols:   w.ColumnWriters(),
-		schema: schema,
-		loadID: loadID,
-		vals:   make([]parquet.Value, valueChunk),
+		f:       f,
+		w:       w,
+		cols:    w.ColumnWriters(),
+		schema:  schema,
+		loadID:  loadID,
+		loadCol: loadCol,
+		vals:    make([]parquet.Value, valueChunk),
 	}, nil
 }
 
@@ -223,8 +237,10 @@ func (fw *fileWriter) write(b *batch.Batch) error {
 				return fmt.Errorf("column %s: %w", fw.schema.Columns[c].Name, err)
 			}
 		}
-		if err := fw.writeLoadIDs(end - off); err != nil {
-			return fmt.Errorf("column %s: %w", batch.LoadIDColumn, err)
+		if fw.loadCol {
+			if err := fw.writeLoadIDs(end - off); err != nil {
+				return fmt.Errorf("column %s: %w", batch.LoadIDColumn, err)
+			}
 		}
 		fw.rows += int64(end - off)
 		fw.rgRows += end - off

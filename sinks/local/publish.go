@@ -25,15 +25,25 @@ type manifest struct {
 	Through int64       `json:"through"`
 	Created time.Time   `json:"created"`
 	Files   []fileEntry `json:"files"`
+	// Buckets is set for a CDC target: its rows are spread over this many
+	// buckets (a power of two) by a hash of their key (see bucketOf); each
+	// bucket has at most one file per partition folder, and each file an
+	// identity sidecar in the version's .ids folder.
+	Buckets int `json:"buckets,omitempty"`
 }
 
 type fileEntry struct {
 	Name  string `json:"name"`
 	Rows  int64  `json:"rows"`
 	Bytes int64  `json:"bytes"`
-	// Loads is the seq range of the loads whose rows the file holds.
+	// Loads is the seq range of the loads whose rows the file holds (for a
+	// CDC target's file, the load that wrote it).
 	FirstSeq int64 `json:"first_seq"`
 	LastSeq  int64 `json:"last_seq"`
+	// CDC targets: the file's bucket, and the least sequence of its rows
+	// (a truncate above it rewrites the file).
+	Bucket int    `json:"bucket,omitempty"`
+	MinSeq []byte `json:"min_seq,omitempty"`
 }
 
 // errNoTable is returned by current for a table without a folder.
@@ -75,26 +85,47 @@ func (s *Sink) readManifest(table string, v int64) (manifest, error) {
 
 // writeVersion builds version m.Version of a table: its folder of hard links
 // (to the files of version prev for entries in m.Files that srcs does not
-// name, else to srcs[name]), synced, then its manifest, synced. It is
+// name, else to srcs[name]), synced, for a CDC target likewise its folder of
+// identity sidecars (srcs[name+".ids"]), then its manifest, synced. It is
 // invisible until swap points the table at it. Runs under the lock.
 func (s *Sink) writeVersion(table string, m manifest, srcs map[string]string) error {
-	dir := s.lay.versionDir(table, m.Version)
-	// Leftovers of a writer that died before its swap.
+	if err := linkVersion(s.lay.versionDir(table, m.Version), s.lay.versionDir(table, m.Version-1), m.Files, "", srcs); err != nil {
+		return err
+	}
+	if m.Buckets > 0 {
+		if err := linkVersion(s.lay.idsDir(table, m.Version), s.lay.idsDir(table, m.Version-1), m.Files, idsSuffix, srcs); err != nil {
+			return err
+		}
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(s.lay.manifestFile(table, m.Version), append(data, '\n')); err != nil {
+		return err
+	}
+	return syncDir(s.lay.tableDir(table))
+}
+
+// linkVersion makes dir (removing leftovers of a writer that died before
+// its swap) and links into it each file's name+suffix, from srcs or else
+// from prev; then syncs the folders, deepest first.
+func linkVersion(dir, prev string, files []fileEntry, suffix string, srcs map[string]string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
-	prev := s.lay.versionDir(table, m.Version-1)
 	subdirs := map[string]bool{} // partition folders, synced deepest first
-	for _, f := range m.Files {
-		src, ok := srcs[f.Name]
+	for _, f := range files {
+		name := f.Name + suffix
+		src, ok := srcs[name]
 		if !ok {
-			src = filepath.Join(prev, f.Name)
+			src = filepath.Join(prev, name)
 		}
-		dst := filepath.Join(dir, f.Name)
-		if sub := path.Dir(f.Name); sub != "." && !subdirs[sub] {
+		dst := filepath.Join(dir, name)
+		if sub := path.Dir(name); sub != "." && !subdirs[sub] {
 			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 				return err
 			}
@@ -116,14 +147,7 @@ func (s *Sink) writeVersion(table string, m manifest, srcs map[string]string) er
 			return err
 		}
 	}
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileSync(s.lay.manifestFile(table, m.Version), append(data, '\n')); err != nil {
-		return err
-	}
-	return syncDir(s.lay.tableDir(table))
+	return nil
 }
 
 // swap points a table's symlink at version v: a new symlink renamed over the
@@ -143,14 +167,19 @@ func (s *Sink) swap(table string, v int64) error {
 // nextVersion publishes a new version of a table from cur: cur's files minus
 // drop, plus add (whose sources are in srcs), with the given through.
 func (s *Sink) nextVersion(table string, cur manifest, drop map[string]bool, add []fileEntry,
-	srcs map[string]string, through int64, crashPoint string) error {
-	m := manifest{Version: cur.Version + 1, Through: through, Created: time.Now().UTC()}
+	srcs map[string]string, through int64, crashPoint string) (manifest, error) {
+	m := manifest{Version: cur.Version + 1, Through: through, Created: time.Now().UTC(), Buckets: cur.Buckets}
 	for _, f := range cur.Files {
 		if !drop[f.Name] {
 			m.Files = append(m.Files, f)
 		}
 	}
 	m.Files = append(m.Files, add...)
+	return m, s.installVersion(table, m, srcs, crashPoint)
+}
+
+// installVersion writes version m and swaps the table to it.
+func (s *Sink) installVersion(table string, m manifest, srcs map[string]string, crashPoint string) error {
 	if err := s.writeVersion(table, m, srcs); err != nil {
 		return err
 	}
@@ -180,11 +209,19 @@ func (s *Sink) publishPending(ctx context.Context) error {
 		return nil
 	}
 	byTable := map[string][]*entry{}
+	cdc := map[string]bool{}
+	add := func(t string, e *entry) {
+		if l := byTable[t]; len(l) == 0 || l[len(l)-1] != e {
+			byTable[t] = append(l, e)
+		}
+	}
 	for i := range pending {
 		for _, f := range pending[i].Files {
-			if l := byTable[f.Table]; len(l) == 0 || l[len(l)-1] != &pending[i] {
-				byTable[f.Table] = append(l, &pending[i])
-			}
+			add(f.Table, &pending[i])
+		}
+		for _, c := range pending[i].CDC {
+			add(c.Table, &pending[i])
+			cdc[c.Table] = true
 		}
 	}
 	tables := make([]string, 0, len(byTable))
@@ -196,7 +233,13 @@ func (s *Sink) publishPending(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := s.publishTable(t, byTable[t]); err != nil {
+		var err error
+		if cdc[t] {
+			err = s.publishCDC(ctx, t, byTable[t])
+		} else {
+			err = s.publishTable(t, byTable[t])
+		}
+		if err != nil {
 			return fmt.Errorf("publish %s: %w", t, err)
 		}
 	}
@@ -252,7 +295,7 @@ func (s *Sink) publishTable(table string, loads []*entry) error {
 	if len(add) == 0 {
 		return nil
 	}
-	if err := s.nextVersion(table, cur, nil, add, srcs, through, "publish"); err != nil {
+	if _, err := s.nextVersion(table, cur, nil, add, srcs, through, "publish"); err != nil {
 		return err
 	}
 	s.log.Debug("published", "table", table, "loads", len(add), "through", through)
@@ -269,7 +312,8 @@ func (s *Sink) gcVersions(table string, cur int64) error {
 	}
 	var versions []int64
 	for _, e := range ents {
-		if v, ok := parseVersionName(strings.TrimSuffix(e.Name(), ".json")); ok {
+		stem := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".json"), idsSuffix)
+		if v, ok := parseVersionName(stem); ok {
 			versions = append(versions, v)
 		}
 	}
@@ -289,6 +333,10 @@ func (s *Sink) gcVersions(table string, cur int64) error {
 			}
 		}
 		if err := os.RemoveAll(s.lay.versionDir(table, v)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.RemoveAll(s.lay.idsDir(table, v)); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
@@ -55,6 +56,12 @@ type Options struct {
 	// still open its files. Default one minute; negative removes superseded
 	// versions at once.
 	KeepVersions time.Duration
+	// BucketRows sizes the buckets of CDC targets: a target's rows are
+	// spread by a hash of their key over a power-of-two number of buckets,
+	// doubled (or more) when they average more than twice this many rows,
+	// up to 4096. A load rewrites only the buckets its changes touch.
+	// Default DefaultBucketRows (65536).
+	BucketRows int
 }
 
 // Sink is a local destination: Parquet tables in a folder. It implements
@@ -74,6 +81,9 @@ type Sink struct {
 
 	loadsMu sync.Mutex
 	loads   map[*load]struct{} // loads begun and not finished
+
+	leaseMu sync.Mutex
+	leases  map[string]*lease // CDC targets whose lease this Sink holds
 
 	closed  atomic.Bool // refuse new work
 	closing atomic.Bool // Close ran
@@ -110,6 +120,9 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 	if opts.KeepVersions == 0 {
 		opts.KeepVersions = DefaultKeepVersions
 	}
+	if opts.BucketRows <= 0 {
+		opts.BucketRows = DefaultBucketRows
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -121,6 +134,7 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		sem:     make(chan struct{}, 1),
 		schemas: map[string]tableDef{},
 		loads:   map[*load]struct{}{},
+		leases:  map[string]*lease{},
 	}
 	for _, dir := range []string{s.lay.root, s.lay.state(), s.lay.tmp(), s.lay.staging(), s.lay.tables()} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -173,6 +187,7 @@ func (s *Sink) Close() error {
 	for _, l := range open {
 		l.discard()
 	}
+	s.releaseLeases()
 	return s.led.close()
 }
 
@@ -201,6 +216,7 @@ func (s *Sink) kill() {
 	}
 	s.loads = map[*load]struct{}{}
 	s.loadsMu.Unlock()
+	s.releaseLeases()
 }
 
 // lock takes the destination lock: a mutex within the process and an
@@ -242,6 +258,9 @@ func (s *Sink) Retryable(err error) bool {
 		errors.Is(err, errCrash) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return true // a state file's lock held by a publish elsewhere
+	}
 	var pe *fs.PathError
 	var le *os.LinkError
 	var se *os.SyscallError
@@ -264,9 +283,10 @@ func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
 }
 
 // Scan returns the logical content of a table as of its current version:
-// its columns (NULL in rows loaded before a column was added), then
-// _sluice_load_id. For _sluice_loads it returns the ledger with
-// batch.LoadsSchema.
+// its columns (NULL in rows loaded before a column was added), then, for an
+// append target, _sluice_load_id. A CDC target has no _sluice_ columns: its
+// rows are its logical content, one per key (SCD type 1) or version (SCD
+// type 2). For _sluice_loads it returns the ledger with batch.LoadsSchema.
 func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	if s.closed.Load() {
 		return nil, errClosed
@@ -289,7 +309,10 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: scan %s: %w", table, err)
 	}
-	cols := append(append([]batch.Column{}, def.Schema.Columns...), batch.Column{Name: batch.LoadIDColumn, Type: batch.String})
+	cols := append([]batch.Column{}, def.Schema.Columns...)
+	if !def.cdc() {
+		cols = append(cols, batch.Column{Name: batch.LoadIDColumn, Type: batch.String})
+	}
 	out := batch.Schema{Columns: cols}
 	// A version folder may be removed under a slow reader once superseded
 	// for KeepVersions; start again from the new version then.

@@ -31,3 +31,7 @@ func TestConformanceWithLimits(t *testing.T) {
 		sinktest.TimestampPrecision(time.Second),
 		sinktest.TimeRange(time.Unix(0, 0).UTC(), time.Date(2105, 12, 31, 0, 0, 0, 0, time.UTC)))
 }
+
+func TestCDCConformance(t *testing.T) {
+	sinktest.RunCDC(t, conformanceFactory)
+}

@@ -1,0 +1,695 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/bits"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// Bucket sizing of CDC targets.
+const (
+	// DefaultBucketRows is Options.BucketRows' default.
+	DefaultBucketRows = 1 << 16
+	// maxBuckets bounds the buckets of a table (and so its files per
+	// partition folder); past it, buckets grow instead.
+	maxBuckets = 1 << 12
+)
+
+// bucketHash hashes an encoded key: FNV-1a, then a 64-bit finalizer so
+// that the low bits, which pick the bucket, mix every byte. It is part of
+// the on-disk format: changing it misplaces every stored row.
+func bucketHash(key string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// bucketOf returns the bucket of a hash among n, a power of two.
+func bucketOf(h uint64, n int) int { return int(h & uint64(n-1)) }
+
+// bucketsFor returns the bucket count of a table of rows rows that has n:
+// n until the buckets average twice target rows, then the power of two
+// that brings them back to target (at most maxBuckets). Growing by powers
+// of two splits each bucket into several: a row's new bucket is its old one
+// plus a multiple of n.
+func bucketsFor(n int, rows int64, target int) int {
+	n = max(n, 1)
+	if target <= 0 || n >= maxBuckets || rows <= 2*int64(target)*int64(n) {
+		return n
+	}
+	want := (rows + int64(target) - 1) / int64(target)
+	next := 1 << bits.Len64(uint64(want-1))
+	return max(n, min(next, maxBuckets))
+}
+
+// ident is a CDC row's identity: the key, and for SCD type 2 the sequence
+// (__START_AT).
+type ident struct{ key, seq string }
+
+// cdcChanges are a load's staged changes of one CDC target, read back.
+type cdcChanges struct {
+	scd2     bool
+	trunc    string
+	hasTrunc bool
+	removed  map[ident]struct{}
+	up       *batch.Batch // the table's columns
+	upKeys   []string
+	upSeqs   []string
+	upRows   []int // the rows of up that count: the last upsert of each identity
+	upserted map[ident]struct{}
+}
+
+func (c *cdcChanges) id(key, seq string) ident {
+	if c.scd2 {
+		return ident{key, seq}
+	}
+	return ident{key: key}
+}
+
+// readChanges reads a load's staged changes of table (staged under the
+// load's id) as entry ce describes them, with the table's current columns.
+func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*cdcChanges, error) {
+	c := &cdcChanges{scd2: def.Kind == sinks.KindSCD2, removed: map[ident]struct{}{}, upserted: map[ident]struct{}{}}
+	if ce.Truncate != nil {
+		c.trunc, c.hasTrunc = string(ce.Truncate), true
+	}
+	if ce.Removes > 0 {
+		p, err := readPairs(s.lay.stagedRemoves(loadID, table))
+		if err != nil {
+			return nil, err
+		}
+		if int64(p.len()) != ce.Removes {
+			return nil, fmt.Errorf("%s: %d removals, the ledger says %d", s.lay.stagedRemoves(loadID, table), p.len(), ce.Removes)
+		}
+		for i := range p.a {
+			c.removed[c.id(p.a[i], p.b[i])] = struct{}{}
+		}
+	}
+	n := len(def.Schema.Columns)
+	ext := upsertSchema(def.Schema)
+	b := batch.New(ext, int(ce.Upserts))
+	if ce.Upserts > 0 {
+		if err := readFile(s.lay.stagedUpserts(loadID, table), b, nil); err != nil {
+			return nil, err
+		}
+		if int64(b.Len()) != ce.Upserts {
+			return nil, fmt.Errorf("%s: %d upserts, the ledger says %d", s.lay.stagedUpserts(loadID, table), b.Len(), ce.Upserts)
+		}
+	}
+	c.up = &batch.Batch{Schema: def.Schema, Vectors: b.Vectors[:n]}
+	c.upKeys, c.upSeqs = b.Vectors[n].Strs, b.Vectors[n+1].Strs
+	// Within a load the later upsert of an identity wins.
+	last := make(map[ident]int, len(c.upKeys))
+	for i := range c.upKeys {
+		last[c.id(c.upKeys[i], c.upSeqs[i])] = i
+	}
+	c.upRows = make([]int, 0, len(last))
+	for id, i := range last {
+		c.upRows = append(c.upRows, i)
+		c.upserted[id] = struct{}{}
+	}
+	slices.Sort(c.upRows)
+	return c, nil
+}
+
+// upsertSchema is the schema of a load's staged upserts: the table's
+// columns, then each row's encoded key and sequence.
+func upsertSchema(s batch.Schema) batch.Schema {
+	return batch.Schema{Columns: append(slices.Clone(s.Columns),
+		batch.Column{Name: "_sluice_key", Type: batch.String}, batch.Column{Name: "_sluice_seq", Type: batch.String})}
+}
+
+// cdcPlan is a load's change of a CDC target's files, built against
+// version Base: the files it drops and those it adds (written under the
+// plan's folder, data/<name> and ids/<name>.ids). Bucket files are named
+// b<bucket>-<version>.parquet, in their partition folder.
+type cdcPlan struct {
+	Base    int64       `json:"base"`
+	Buckets int         `json:"buckets"`
+	Drop    []string    `json:"drop"`
+	Add     []fileEntry `json:"add"`
+}
+
+const planFile = "plan.json"
+
+// outKey names an output file: a bucket in a partition folder.
+type outKey struct {
+	bucket int
+	dir    string
+}
+
+// bucketOut is a bucket file being made, with its sidecar: the segments
+// of rows it receives are merged in identity order when it is finished.
+type bucketOut struct {
+	entry fileEntry
+	fw    *fileWriter
+	ids   *pairsWriter
+	segs  []segment
+}
+
+// segment is rows bound for an output file, with their identities.
+type segment struct {
+	b          *batch.Batch
+	keys, seqs []string
+}
+
+// planner builds a cdcPlan.
+type planner struct {
+	s       *Sink
+	table   string
+	def     tableDef
+	cur     manifest
+	ch      *cdcChanges
+	out     string // the plan's folder
+	n, newN int
+	part    *partitioner
+	dirs    map[string]bool // folders made under out
+	plan    cdcPlan
+}
+
+// buildPlan applies changes to the current version cur of a CDC target:
+// it rewrites only the files the changes touch (those holding a removed,
+// replaced or truncated row, or receiving upserts), or every file when the
+// table outgrows its buckets, into the folder out. The plan is written to
+// out/plan.json, and everything is synced.
+func (s *Sink) buildPlan(ctx context.Context, table string, def tableDef, cur manifest, ch *cdcChanges, out string) (*cdcPlan, error) {
+	if err := os.RemoveAll(out); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{filepath.Join(out, "data"), filepath.Join(out, "ids")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+	}
+	p := &planner{s: s, table: table, def: def, cur: cur, ch: ch, out: out, n: max(cur.Buckets, 1), dirs: map[string]bool{}}
+	var rows int64
+	for _, f := range cur.Files {
+		rows += f.Rows
+	}
+	p.newN = bucketsFor(p.n, rows+int64(len(ch.upRows)), s.opts.BucketRows)
+	p.plan = cdcPlan{Base: cur.Version, Buckets: p.newN}
+	if len(def.PartitionBy) > 0 {
+		var err error
+		if p.part, err = newPartitioner(def.Schema, def.PartitionBy); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.run(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.sync(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(p.plan)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileSync(filepath.Join(out, planFile), data); err != nil {
+		return nil, err
+	}
+	if err := syncDir(out); err != nil {
+		return nil, err
+	}
+	return &p.plan, nil
+}
+
+func (p *planner) run(ctx context.Context) error {
+	ch := p.ch
+	rebucket := p.newN != p.n
+	// The upserts by output file, and the buckets (of the current count)
+	// that changes touch.
+	targets := map[outKey][]int{}
+	var order []outKey
+	byGroup := map[outKey][]outKey{} // output files by the current bucket they come from
+	touched := map[int]bool{}
+	upDirs := make([]string, len(ch.upRows))
+	if p.part != nil && len(ch.upRows) > 0 {
+		dirs, rows, err := p.part.split(take(ch.up, ch.upRows))
+		if err != nil {
+			return err
+		}
+		for d, rs := range rows {
+			for _, r := range rs {
+				upDirs[r] = dirs[d]
+			}
+		}
+	}
+	for i, r := range ch.upRows {
+		h := bucketHash(ch.upKeys[r])
+		touched[bucketOf(h, p.n)] = true
+		k := outKey{bucketOf(h, p.newN), upDirs[i]}
+		if _, ok := targets[k]; !ok {
+			order = append(order, k)
+			g := outKey{bucketOf(h, p.n), k.dir}
+			byGroup[g] = append(byGroup[g], k)
+		}
+		targets[k] = append(targets[k], r)
+	}
+	for id := range ch.removed {
+		touched[bucketOf(bucketHash(id.key), p.n)] = true
+	}
+
+	// The current files by output file (one per bucket and folder; kept
+	// general should a version ever hold several).
+	groups := map[outKey][]fileEntry{}
+	var keys []outKey
+	for _, f := range p.cur.Files {
+		k := outKey{f.Bucket, dirOf(f.Name)}
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], f)
+	}
+	done := map[outKey]bool{}
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		files := groups[k]
+		affected := rebucket || touched[k.bucket]
+		for _, f := range files {
+			affected = affected || (ch.hasTrunc && string(f.MinSeq) < ch.trunc)
+		}
+		if !affected {
+			continue
+		}
+		// The upserts that land in this group's files: its bucket, or when
+		// the buckets grow, the buckets it splits into.
+		mine := byGroup[k]
+		if err := p.rewrite(k, files, mine, targets, rebucket); err != nil {
+			return err
+		}
+		for _, t := range mine {
+			done[t] = true
+		}
+	}
+	// Upserts into buckets (or folders) that have no file yet.
+	for _, t := range order {
+		if done[t] {
+			continue
+		}
+		o, err := p.create(t)
+		if err != nil {
+			return err
+		}
+		rs := targets[t]
+		if err := o.write(take(ch.up, rs), gather(ch.upKeys, rs), gather(ch.upSeqs, rs)); err != nil {
+			return err
+		}
+		if err := p.finish(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewrite replaces the files of one bucket and folder: their rows minus
+// those the changes remove or replace, plus the upserts of mine. A group
+// that loses no row and gains none is left as it is (unless rebucketing).
+func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets map[outKey][]int, rebucket bool) error {
+	ch := p.ch
+	type kept struct {
+		f          fileEntry
+		ids        *pairs
+		keep       []int
+		everything bool
+	}
+	var ks []kept
+	changed := rebucket || len(mine) > 0 || len(files) > 1
+	for _, f := range files {
+		ids, err := readPairs(filepath.Join(p.s.lay.idsDir(p.table, p.cur.Version), f.Name+idsSuffix))
+		if err != nil {
+			return err
+		}
+		if int64(ids.len()) != f.Rows {
+			return fmt.Errorf("%s: %d identities for %d rows", f.Name, ids.len(), f.Rows)
+		}
+		keep := make([]int, 0, ids.len())
+		for i := range ids.a {
+			key, seq := ids.a[i], ids.b[i]
+			if ch.hasTrunc && seq < ch.trunc {
+				continue
+			}
+			id := ch.id(key, seq)
+			if _, ok := ch.removed[id]; ok {
+				continue
+			}
+			if _, ok := ch.upserted[id]; ok {
+				continue
+			}
+			keep = append(keep, i)
+		}
+		everything := len(keep) == ids.len()
+		changed = changed || !everything
+		ks = append(ks, kept{f, ids, keep, everything})
+	}
+	if !changed {
+		return nil
+	}
+	outs := map[outKey]*bucketOut{}
+	get := func(t outKey) (*bucketOut, error) {
+		if o := outs[t]; o != nil {
+			return o, nil
+		}
+		o, err := p.create(t)
+		if err == nil {
+			outs[t] = o
+		}
+		return o, err
+	}
+	for _, x := range ks {
+		p.plan.Drop = append(p.plan.Drop, x.f.Name)
+		if len(x.keep) == 0 {
+			continue
+		}
+		b := batch.New(p.def.Schema, int(x.f.Rows))
+		if err := readFile(filepath.Join(p.s.lay.versionDir(p.table, p.cur.Version), x.f.Name), b, nil); err != nil {
+			return err
+		}
+		if int64(b.Len()) != x.f.Rows {
+			return fmt.Errorf("%s: %d rows, the manifest says %d", x.f.Name, b.Len(), x.f.Rows)
+		}
+		if !x.everything {
+			b = take(b, x.keep)
+		}
+		keys, seqs := gather(x.ids.a, x.keep), gather(x.ids.b, x.keep)
+		// Split by bucket when the buckets grow.
+		split := map[int][]int{}
+		var bs []int
+		for i, key := range keys {
+			nb := k.bucket
+			if rebucket {
+				nb = bucketOf(bucketHash(key), p.newN)
+			}
+			if _, ok := split[nb]; !ok {
+				bs = append(bs, nb)
+			}
+			split[nb] = append(split[nb], i)
+		}
+		for _, nb := range bs {
+			o, err := get(outKey{nb, k.dir})
+			if err != nil {
+				return err
+			}
+			rs := split[nb]
+			if len(rs) == len(keys) {
+				err = o.write(b, keys, seqs)
+			} else {
+				err = o.write(take(b, rs), gather(keys, rs), gather(seqs, rs))
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range mine {
+		o, err := get(t)
+		if err != nil {
+			return err
+		}
+		rs := targets[t]
+		if err := o.write(take(ch.up, rs), gather(ch.upKeys, rs), gather(ch.upSeqs, rs)); err != nil {
+			return err
+		}
+	}
+	ts := make([]outKey, 0, len(outs))
+	for t := range outs {
+		ts = append(ts, t)
+	}
+	slices.SortFunc(ts, func(a, b outKey) int { return a.bucket - b.bucket })
+	for _, t := range ts {
+		if err := p.finish(outs[t]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// create starts the file of an output bucket.
+func (p *planner) create(t outKey) (*bucketOut, error) {
+	name := path.Join(t.dir, fmt.Sprintf("b%05d-%012d.parquet", t.bucket, p.cur.Version+1))
+	if t.dir != "" && !p.dirs[t.dir] {
+		for _, sub := range []string{"data", "ids"} {
+			if err := os.MkdirAll(filepath.Join(p.out, sub, filepath.FromSlash(t.dir)), 0o755); err != nil {
+				return nil, err
+			}
+		}
+		for d := t.dir; d != "." && !p.dirs[d]; d = path.Dir(d) {
+			p.dirs[d] = true
+		}
+	}
+	fw, err := createPlainFile(filepath.Join(p.out, "data", filepath.FromSlash(name)), p.def.Schema, loadCodec)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := createPairs(filepath.Join(p.out, "ids", filepath.FromSlash(name)+idsSuffix))
+	if err != nil {
+		fw.discard()
+		return nil, err
+	}
+	return &bucketOut{entry: fileEntry{Name: name, Bucket: t.bucket}, fw: fw, ids: ids}, nil
+}
+
+// write adds rows to the output (written by finish).
+func (o *bucketOut) write(b *batch.Batch, keys, seqs []string) error {
+	if len(keys) > 0 {
+		o.segs = append(o.segs, segment{b, keys, seqs})
+	}
+	return nil
+}
+
+// compareIdent orders identities: by key, then sequence, bytewise (the
+// order of the values they encode).
+func compareIdent(k1, s1, k2, s2 string) int {
+	if c := strings.Compare(k1, k2); c != 0 {
+		return c
+	}
+	return strings.Compare(s1, s2)
+}
+
+// rowRef is a row of one of an output's segments.
+type rowRef struct{ seg, row int32 }
+
+// merged returns the rows of the segments in identity order: each segment
+// sorted (those written by this package already are), then merged.
+func merged(segs []segment) []rowRef {
+	heads := make([][]int32, len(segs))
+	n := 0
+	for i, sg := range segs {
+		order := make([]int32, len(sg.keys))
+		sorted := true
+		for r := range order {
+			order[r] = int32(r)
+			if r > 0 && compareIdent(sg.keys[r-1], sg.seqs[r-1], sg.keys[r], sg.seqs[r]) > 0 {
+				sorted = false
+			}
+		}
+		if !sorted {
+			slices.SortStableFunc(order, func(a, b int32) int { return compareIdent(sg.keys[a], sg.seqs[a], sg.keys[b], sg.seqs[b]) })
+		}
+		heads[i] = order
+		n += len(order)
+	}
+	out := make([]rowRef, 0, n)
+	for len(out) < n {
+		best := -1
+		for i, h := range heads {
+			if len(h) == 0 {
+				continue
+			}
+			if best < 0 {
+				best = i
+				continue
+			}
+			r, q := h[0], heads[best][0]
+			if compareIdent(segs[i].keys[r], segs[i].seqs[r], segs[best].keys[q], segs[best].seqs[q]) < 0 {
+				best = i
+			}
+		}
+		out = append(out, rowRef{int32(best), heads[best][0]})
+		heads[best] = heads[best][1:]
+	}
+	return out
+}
+
+// gatherRows builds a batch of schema from rows of the segments.
+func gatherRows(schema batch.Schema, segs []segment, refs []rowRef) *batch.Batch {
+	out := &batch.Batch{Schema: schema, Vectors: make([]*batch.Vector, len(schema.Columns))}
+	for c, col := range schema.Columns {
+		w := &batch.Vector{Type: col.Type}
+		for _, sg := range segs {
+			if sg.b.Vectors[c].Nulls != nil {
+				w.Nulls = make([]bool, len(refs))
+				break
+			}
+		}
+		if w.Nulls != nil {
+			for i, r := range refs {
+				w.Nulls[i] = segs[r.seg].b.Vectors[c].IsNull(int(r.row))
+			}
+		}
+		switch col.Type.Kind {
+		case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
+			w.Ints = gatherFrom(segs, refs, c, func(v *batch.Vector) []int64 { return v.Ints })
+		case batch.KindFloat64:
+			w.Floats = gatherFrom(segs, refs, c, func(v *batch.Vector) []float64 { return v.Floats })
+		case batch.KindBool:
+			w.Bools = gatherFrom(segs, refs, c, func(v *batch.Vector) []bool { return v.Bools })
+		case batch.KindString:
+			w.Strs = gatherFrom(segs, refs, c, func(v *batch.Vector) []string { return v.Strs })
+		case batch.KindBytes:
+			w.Bytes = gatherFrom(segs, refs, c, func(v *batch.Vector) [][]byte { return v.Bytes })
+		case batch.KindDecimal:
+			w.Decs = gatherFrom(segs, refs, c, func(v *batch.Vector) []batch.Dec128 { return v.Decs })
+		}
+		out.Vectors[c] = w
+	}
+	return out
+}
+
+func gatherFrom[T any](segs []segment, refs []rowRef, c int, vals func(*batch.Vector) []T) []T {
+	src := make([][]T, len(segs))
+	for i, sg := range segs {
+		src[i] = vals(sg.b.Vectors[c])
+	}
+	out := make([]T, len(refs))
+	for i, r := range refs {
+		out[i] = src[r.seg][r.row]
+	}
+	return out
+}
+
+// finish closes an output's files and adds it to the plan (an output that
+// received no row is removed).
+func (p *planner) finish(o *bucketOut) error {
+	refs := merged(o.segs)
+	if len(refs) > 0 {
+		rows := gatherRows(p.def.Schema, o.segs, refs)
+		minSeq := ""
+		for i, r := range refs {
+			sg := o.segs[r.seg]
+			o.ids.add(sg.keys[r.row], sg.seqs[r.row])
+			if i == 0 || sg.seqs[r.row] < minSeq {
+				minSeq = sg.seqs[r.row]
+			}
+		}
+		o.entry.Rows = int64(len(refs))
+		o.entry.MinSeq = []byte(minSeq)
+		o.segs = nil
+		if err := o.fw.write(rows); err != nil {
+			o.fw.discard()
+			o.ids.discard()
+			return err
+		}
+	}
+	size, err := o.fw.close()
+	if err != nil {
+		o.ids.discard()
+		return err
+	}
+	n, err := o.ids.close()
+	if err != nil {
+		return err
+	}
+	if n != o.entry.Rows {
+		return fmt.Errorf("%s: %d identities for %d rows", o.entry.Name, n, o.entry.Rows)
+	}
+	if o.entry.Rows == 0 {
+		os.Remove(filepath.Join(p.out, "data", filepath.FromSlash(o.entry.Name)))
+		os.Remove(filepath.Join(p.out, "ids", filepath.FromSlash(o.entry.Name)+idsSuffix))
+		return nil
+	}
+	o.entry.Bytes = size
+	p.plan.Add = append(p.plan.Add, o.entry)
+	return nil
+}
+
+// sync makes the plan's folders durable, deepest first.
+func (p *planner) sync() error {
+	dirs := make([]string, 0, len(p.dirs)+1)
+	for d := range p.dirs {
+		dirs = append(dirs, d)
+	}
+	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, sub := range []string{"data", "ids"} {
+		for _, d := range append(dirs, ".") {
+			if err := syncDir(filepath.Join(p.out, sub, filepath.FromSlash(d))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dirOf returns the partition folder of a file name ("" when none).
+func dirOf(name string) string {
+	if d := path.Dir(name); d != "." {
+		return d
+	}
+	return ""
+}
+
+// readPlan reads a prepared plan; nil when it does not exist.
+func readPlan(dir string) (*cdcPlan, error) {
+	data, err := os.ReadFile(filepath.Join(dir, planFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p cdcPlan
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, planFile), err)
+	}
+	return &p, nil
+}
+
+// applyPlan publishes a plan built in dir on cur as the table's next
+// version, holding every load through seq.
+func (s *Sink) applyPlan(table string, cur manifest, plan *cdcPlan, dir string, seq int64) (manifest, error) {
+	if plan.Base != cur.Version {
+		return manifest{}, fmt.Errorf("plan built on version %d applied to version %d", plan.Base, cur.Version)
+	}
+	drop := make(map[string]bool, len(plan.Drop))
+	for _, n := range plan.Drop {
+		drop[n] = true
+	}
+	m := manifest{Version: cur.Version + 1, Through: seq, Created: time.Now().UTC(), Buckets: plan.Buckets}
+	for _, f := range cur.Files {
+		if !drop[f.Name] {
+			m.Files = append(m.Files, f)
+		}
+	}
+	srcs := make(map[string]string, 2*len(plan.Add))
+	for _, f := range plan.Add {
+		f.FirstSeq, f.LastSeq = seq, seq
+		m.Files = append(m.Files, f)
+		srcs[f.Name] = filepath.Join(dir, "data", filepath.FromSlash(f.Name))
+		srcs[f.Name+idsSuffix] = filepath.Join(dir, "ids", filepath.FromSlash(f.Name)+idsSuffix)
+	}
+	if err := s.installVersion(table, m, srcs, "publish"); err != nil {
+		return manifest{}, err
+	}
+	return m, nil
+}

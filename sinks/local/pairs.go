@@ -1,0 +1,192 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+)
+
+// A pairs file is a list of (a, b) byte-string pairs: the identities of a
+// CDC data file's rows in row order (key, sequence), a load's staged
+// removals (key, sequence) and its staged states (key, value; b may be
+// absent: a removal). Layout:
+//
+//	"SLP1"                                   magic
+//	per pair: uvarint len(a), a, uvarint 0 (b absent) or len(b)+1, b
+//	uvarint count of pairs, then the CRC-32C of everything before it (4 bytes, big-endian)
+//
+// The trailer makes a cut file detectable.
+const pairsMagic = "SLP1"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// pairsWriter writes a pairs file. It is not safe for concurrent use.
+type pairsWriter struct {
+	f   *os.File
+	w   *bufio.Writer
+	crc uint32
+	n   int64
+	buf [2 * binary.MaxVarintLen64]byte
+	err error
+}
+
+func createPairs(path string) (*pairsWriter, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	pw := &pairsWriter{f: f, w: bufio.NewWriterSize(f, 256<<10)}
+	pw.write([]byte(pairsMagic))
+	return pw, nil
+}
+
+func (pw *pairsWriter) write(p []byte) {
+	if pw.err != nil {
+		return
+	}
+	pw.crc = crc32.Update(pw.crc, castagnoli, p)
+	_, pw.err = pw.w.Write(p)
+}
+
+func (pw *pairsWriter) writeString(s string) {
+	if pw.err != nil {
+		return
+	}
+	pw.crc = crc32.Update(pw.crc, castagnoli, strBytes(s))
+	_, pw.err = pw.w.WriteString(s)
+}
+
+func (pw *pairsWriter) uvarint(x uint64) {
+	n := binary.PutUvarint(pw.buf[:], x)
+	pw.write(pw.buf[:n])
+}
+
+// add appends a pair whose b is present.
+func (pw *pairsWriter) add(a, b string) {
+	pw.uvarint(uint64(len(a)))
+	pw.writeString(a)
+	pw.uvarint(uint64(len(b)) + 1)
+	pw.writeString(b)
+	pw.n++
+}
+
+// addValue appends a pair whose b is a byte slice; nil is absent.
+func (pw *pairsWriter) addValue(a string, b []byte) {
+	pw.uvarint(uint64(len(a)))
+	pw.writeString(a)
+	if b == nil {
+		pw.uvarint(0)
+	} else {
+		pw.uvarint(uint64(len(b)) + 1)
+		pw.write(b)
+	}
+	pw.n++
+}
+
+// close writes the trailer, syncs and closes the file; it returns the
+// number of pairs.
+func (pw *pairsWriter) close() (int64, error) {
+	pw.uvarint(uint64(pw.n))
+	var sum [4]byte
+	binary.BigEndian.PutUint32(sum[:], pw.crc)
+	if pw.err == nil {
+		_, pw.err = pw.w.Write(sum[:])
+	}
+	if pw.err == nil {
+		pw.err = pw.w.Flush()
+	}
+	if pw.err == nil {
+		pw.err = pw.f.Sync()
+	}
+	if err := pw.f.Close(); pw.err == nil {
+		pw.err = err
+	}
+	return pw.n, pw.err
+}
+
+// discard closes the file unfinished.
+func (pw *pairsWriter) discard() { pw.f.Close() }
+
+// pairs is a read pairs file. The strings share one allocation.
+type pairs struct {
+	a, b   []string
+	absent []bool // nil when every b is present
+}
+
+func (p *pairs) len() int { return len(p.a) }
+
+var errPairsCorrupt = errors.New("pairs file is corrupt")
+
+// readPairs reads a whole pairs file and checks its trailer.
+func readPairs(path string) (*pairs, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := decodePairs(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+func decodePairs(data []byte) (*pairs, error) {
+	if len(data) < len(pairsMagic)+1+4 || !bytes.Equal(data[:len(pairsMagic)], []byte(pairsMagic)) {
+		return nil, errPairsCorrupt
+	}
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[len(data)-4:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", errPairsCorrupt)
+	}
+	// One string for all the bytes; pairs are substrings of it.
+	all := string(body)
+	off := len(pairsMagic)
+	next := func() (uint64, bool) {
+		x, n := binary.Uvarint(body[off:])
+		if n <= 0 {
+			return 0, false
+		}
+		off += n
+		return x, true
+	}
+	p := &pairs{}
+	for {
+		// The count ends the pairs: it is the last varint of the body.
+		start := off
+		if x, n := binary.Uvarint(body[off:]); n > 0 && off+n == len(body) {
+			if x != uint64(len(p.a)) {
+				return nil, fmt.Errorf("%w: %d pairs, trailer says %d", errPairsCorrupt, len(p.a), x)
+			}
+			return p, nil
+		}
+		off = start
+		la, ok := next()
+		if !ok || uint64(len(body)-off) < la {
+			return nil, errPairsCorrupt
+		}
+		a := all[off : off+int(la)]
+		off += int(la)
+		lb, ok := next()
+		if !ok || uint64(len(body)-off) < lb-min(lb, 1) {
+			return nil, errPairsCorrupt
+		}
+		b := ""
+		if lb == 0 {
+			if p.absent == nil {
+				p.absent = make([]bool, len(p.a), cap(p.a)+1)
+			}
+		} else {
+			b = all[off : off+int(lb-1)]
+			off += int(lb - 1)
+		}
+		p.a = append(p.a, a)
+		p.b = append(p.b, b)
+		if p.absent != nil {
+			p.absent = append(p.absent, lb == 0)
+		}
+	}
+}

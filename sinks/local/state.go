@@ -1,0 +1,252 @@
+package local
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// The hidden state of a CDC target lives in a bbolt file,
+// _sluice/tables/<table>/state.db: bucket "keys" maps each key to its state,
+// bucket "meta" holds the table's own state ("table") and "through", the
+// ledger seq of the last load whose states it holds. Publishing a load
+// applies its staged states in one bbolt transaction that also sets
+// "through", only when "through" is below the load's seq: so it is
+// idempotent, and Recover (or the next commit, or GetState) applies what a
+// crash left out.
+var (
+	stateKeys    = []byte("keys")
+	stateMeta    = []byte("meta")
+	stateThrough = []byte("through")
+	stateTable   = []byte("table")
+)
+
+// stateLockTimeout bounds the wait for a state file's flock (held by a
+// publish in another process, or by readers while a publish waits).
+const stateLockTimeout = time.Minute
+
+// openState opens a table's state file. A missing file is created (ready
+// made in _sluice/tmp and renamed into place, so that a reader never opens
+// a file still being initialized) unless readOnly, which returns
+// fs.ErrNotExist then.
+func (s *Sink) openState(table string, readOnly bool) (*bolt.DB, error) {
+	path := s.lay.stateFile(table)
+	if !readOnly {
+		if err := s.createState(table); err != nil {
+			return nil, err
+		}
+	} else if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: stateLockTimeout, ReadOnly: readOnly, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, fmt.Errorf("state of %s: %w", table, err)
+	}
+	return db, nil
+}
+
+// createState makes a table's empty state file when it has none. Runs
+// under the destination lock.
+func (s *Sink) createState(table string) error {
+	path := s.lay.stateFile(table)
+	if _, err := os.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	tmp := s.lay.tmpFile("state-" + table + "-" + randomSuffix())
+	db, err := bolt.Open(tmp, 0o644, &bolt.Options{Timeout: stateLockTimeout})
+	if err != nil {
+		return fmt.Errorf("state of %s: %w", table, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(stateKeys); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(stateMeta)
+		return err
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("state of %s: %w", table, err)
+	}
+	return syncDir(s.lay.tableDir(table))
+}
+
+func readThrough(tx *bolt.Tx) int64 {
+	if m := tx.Bucket(stateMeta); m != nil {
+		if v := m.Get(stateThrough); len(v) == 8 {
+			return int64(binary.BigEndian.Uint64(v))
+		}
+	}
+	return 0
+}
+
+// applyStates applies a load's staged states (a pairs file: key, value or
+// absent) to db unless it holds them already. Later entries of a key win.
+func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
+	var p *pairs
+	applied := false
+	err := db.Update(func(tx *bolt.Tx) error {
+		if readThrough(tx) >= seq {
+			return nil
+		}
+		if p == nil {
+			var err error
+			if p, err = readPairs(staged); err != nil {
+				return err
+			}
+		}
+		keys, err := tx.CreateBucketIfNotExists(stateKeys)
+		if err != nil {
+			return err
+		}
+		meta, err := tx.CreateBucketIfNotExists(stateMeta)
+		if err != nil {
+			return err
+		}
+		// In key order (bbolt writes sorted keys fastest), the last entry
+		// of each key.
+		order := make([]int, p.len())
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(p.a[a], p.a[b]) })
+		for j, i := range order {
+			if j+1 < len(order) && p.a[order[j+1]] == p.a[i] {
+				continue
+			}
+			b, name := keys, []byte(p.a[i])
+			if p.a[i] == "" {
+				b, name = meta, stateTable
+			}
+			if p.absent != nil && p.absent[i] {
+				err = b.Delete(name)
+			} else {
+				err = b.Put(name, []byte(p.b[i]))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		var through [8]byte
+		binary.BigEndian.PutUint64(through[:], uint64(seq))
+		applied = true
+		return meta.Put(stateThrough, through[:])
+	})
+	return applied, err
+}
+
+var _ sinks.StateReader = (*Sink)(nil)
+
+// GetState returns the committed state of each key of a CDC target that
+// has one; the key "" is the table's own state. It reflects every committed
+// load: when the ledger holds a load whose states are not applied yet (its
+// writer died after the commit point, or its publishing failed), GetState
+// takes the destination lock and publishes first.
+func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	def, err := s.table(table)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("local: get state of %s: %w", table, sinks.ErrUnknownTable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+	}
+	if def.Kind == sinks.KindAppend {
+		return nil, fmt.Errorf("local: get state of %s: not a CDC target", table)
+	}
+	for attempt := 0; ; attempt++ {
+		s.led.mu.Lock()
+		err := s.led.refresh(false)
+		last := s.led.stateLast[table]
+		s.led.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+		}
+		out, through, err := s.readStates(table, keys)
+		if err != nil {
+			return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+		}
+		if through >= last {
+			return out, nil
+		}
+		if attempt > 0 {
+			return nil, fmt.Errorf("local: get state of %s: load %d is committed but its states are not applied", table, last)
+		}
+		if err := s.publishThrough(ctx, last); err != nil {
+			return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+		}
+	}
+}
+
+// publishThrough takes the lock and publishes every committed load up to
+// seq (and any after it) that is missing from its tables.
+func (s *Sink) publishThrough(ctx context.Context, seq int64) error {
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s.led.mu.Lock()
+	err = s.led.refresh(true)
+	s.led.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	s.pubd = min(s.pubd, seq-1)
+	return s.publishPending(context.WithoutCancel(ctx))
+}
+
+// readStates reads the states of keys and the seq the state file holds
+// loads through, in one read transaction.
+func (s *Sink) readStates(table string, keys []string) (map[string][]byte, int64, error) {
+	out := make(map[string][]byte, len(keys))
+	db, err := s.openState(table, true)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer db.Close()
+	var through int64
+	err = db.View(func(tx *bolt.Tx) error {
+		through = readThrough(tx)
+		kb, meta := tx.Bucket(stateKeys), tx.Bucket(stateMeta)
+		// Sorted keys walk the tree in order: each page is read once.
+		sorted := slices.Clone(keys)
+		slices.Sort(sorted)
+		sorted = slices.Compact(sorted)
+		for _, k := range sorted {
+			var v []byte
+			switch {
+			case k == "" && meta != nil:
+				v = meta.Get(stateTable)
+			case k != "" && kb != nil:
+				v = kb.Get(strBytes(k))
+			}
+			if v != nil {
+				out[k] = slices.Clone(v)
+			}
+		}
+		return nil
+	})
+	return out, through, err
+}
