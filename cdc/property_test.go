@@ -393,6 +393,9 @@ func checkProperty(scd2, distinct bool) func(*rapid.T) {
 		if diff := gocmp.Diff(want, got); diff != "" {
 			t.Fatalf("table (-oracle +engine):\n%s", diff)
 		}
+		if scd2 {
+			checkIntervals(t, h)
+		}
 		// Everything again, in another order, after a restart, changes no
 		// row (states may still shed what a truncate made useless); a
 		// second replay changes nothing at all.
@@ -467,4 +470,37 @@ func TestPropertyForgetting(t *testing.T) {
 			t.Fatalf("table (-oracle +engine):\n%s", diff)
 		}
 	})
+}
+
+// checkIntervals asserts S2.2 on an SCD type 2 table, independently of the
+// oracle: per key, versions have positive width, never overlap, and only
+// the last one may be current.
+func checkIntervals(t *rapid.T, h *harness) {
+	sch := h.engines["f"].Schema()
+	si, ei := sch.Index(StartAtColumn), sch.Index(EndAtColumn)
+	if si < 0 || ei < 0 {
+		t.Fatalf("schema %v lacks the interval columns", sch.Names())
+	}
+	byKey := map[string][]tRow{}
+	for _, r := range h.target.rows {
+		byKey[r.key] = append(byKey[r.key], r)
+	}
+	for _, rows := range byKey {
+		slices.SortFunc(rows, func(a, b tRow) int { return cmp.Compare(a.vals[si].(int64), b.vals[si].(int64)) })
+		for i, r := range rows {
+			start := r.vals[si].(int64)
+			end, closed := r.vals[ei].(int64)
+			if closed && end <= start {
+				t.Fatalf("version %v: __END_AT %d not after __START_AT %d", r.vals, end, start)
+			}
+			if !closed && i != len(rows)-1 {
+				t.Fatalf("version %v is current but not the last of its key", r.vals)
+			}
+			if i > 0 {
+				if prevEnd := rows[i-1].vals[ei].(int64); prevEnd > start {
+					t.Fatalf("versions %v and %v overlap", rows[i-1].vals, r.vals)
+				}
+			}
+		}
+	}
 }
