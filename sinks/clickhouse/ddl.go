@@ -17,9 +17,14 @@ type tableInfo struct {
 	engine       string
 	partitionKey string
 	sortingKey   string
-	columns      []column // declared columns in table order, without _sluice_load_id
+	columns      []column // declared columns in table order, without _sluice_ columns
 	hasLoadID    bool
+	// hidden are the other _sluice_ columns (those of a CDC target's
+	// physical table) by name, with their type and comment.
+	hidden map[string]hiddenColumn
 }
+
+type hiddenColumn struct{ typ, comment string }
 
 func (t *tableInfo) schema() batch.Schema {
 	s := batch.Schema{Columns: make([]batch.Column, len(t.columns))}
@@ -87,6 +92,12 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	pipeline String, id String, kind String, host String, pid Int64,
 	beat_at DateTime('UTC'), expires DateTime('UTC'), ended UInt8, version UInt64
 ) ENGINE = ReplacingMergeTree(version) ORDER BY (pipeline, id)`},
+		{"create " + cdcStateTable, "CREATE TABLE IF NOT EXISTS " + s.table(cdcStateTable) + ` (
+	target String, key String, value String, deleted UInt8, version UInt64, ` + quote(batch.LoadIDColumn) + ` String
+) ENGINE = ` + s.replacing("version", "deleted") + ` PARTITION BY target ORDER BY (target, key)`},
+		{"create " + leasesTable, "CREATE TABLE IF NOT EXISTS " + s.table(leasesTable) + ` (
+	target String, holder String, expires DateTime('UTC'), version UInt64
+) ENGINE = ReplacingMergeTree(version) ORDER BY target`},
 	}
 	for _, st := range stmts {
 		if err := s.exec(ctx, st.what, st.sql); err != nil {
@@ -232,6 +243,9 @@ func validateTable(t sinks.Table) error {
 }
 
 func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
+	if t.Kind != sinks.KindAppend {
+		return s.ensureCDC(ctx, t)
+	}
 	if err := validateTable(t); err != nil {
 		return err
 	}
@@ -261,28 +275,37 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 	if err != nil {
 		return err
 	}
+	if err := s.addColumns(ctx, t.Name, info, add); err != nil {
+		return err
+	}
+	s.forget(t.Name)
+	return nil
+}
+
+// addColumns adds nullable columns after the last declared column of an
+// existing table.
+func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, add []batch.Column) error {
 	after := ""
 	if n := len(info.columns); n > 0 {
 		after = info.columns[n-1].Name
 	}
 	for _, c := range add {
-		stmt := "ALTER TABLE " + s.table(t.Name) + " ADD COLUMN " + quote(c.Name) + " " + chType(c.Type, true, s.feat)
+		stmt := "ALTER TABLE " + s.table(table) + " ADD COLUMN " + quote(c.Name) + " " + chType(c.Type, true, s.feat)
 		if after != "" {
 			stmt += " AFTER " + quote(after)
 		}
-		if err := s.exec(ctx, "add column "+c.Name+" to "+t.Name, stmt); err != nil {
+		if err := s.exec(ctx, "add column "+c.Name+" to "+table, stmt); err != nil {
 			return err
 		}
 		if c.Type.Kind == batch.KindBytes {
-			if err := s.exec(ctx, "comment column "+c.Name+" of "+t.Name, "ALTER TABLE "+s.table(t.Name)+
+			if err := s.exec(ctx, "comment column "+c.Name+" of "+table, "ALTER TABLE "+s.table(table)+
 				" COMMENT COLUMN "+quote(c.Name)+" '"+bytesComment+"'"); err != nil {
 				return err
 			}
 		}
-		s.log.Info("column added", "table", t.Name, "column", c.Name, "type", c.Type.String())
+		s.log.Info("column added", "table", table, "column", c.Name, "type", c.Type.String())
 		after = c.Name
 	}
-	s.forget(t.Name)
 	return nil
 }
 
@@ -291,12 +314,32 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	var problems []string
 	if info.engine != "MergeTree" {
-		problems = append(problems, fmt.Sprintf("the table's engine is %s, not MergeTree: sluice appends into MergeTree tables it creates itself; rename or drop the existing table, or give the target another name", info.engine))
+		what := "the table's engine is " + info.engine + ", not MergeTree: sluice appends into MergeTree tables it creates itself; rename or drop the existing table, or give the target another name"
+		if info.engine == "View" {
+			what = "the table is a view (a CDC target, or not sluice's): an append target is a MergeTree table; a target changing between append and CDC needs a new table"
+		}
+		problems = append(problems, what)
 	}
 	if !info.hasLoadID {
 		problems = append(problems, fmt.Sprintf("the table has no %s String column, so sluice did not create it: rename or drop it, or give the target another name", batch.LoadIDColumn))
 	}
-	var add []batch.Column
+	add, more := reconcileColumns(t, info)
+	problems = append(problems, more...)
+	if len(t.OrderBy) > 0 && normKey(info.sortingKey) != strings.Join(t.OrderBy, ",") {
+		problems = append(problems, fmt.Sprintf("order_by is %v in the spec but the table is ordered by (%s): ClickHouse cannot change a sorting key in place; restore the spec's order_by, or create a new table", t.OrderBy, info.sortingKey))
+	}
+	if len(t.PartitionBy) > 0 && normKey(info.partitionKey) != strings.Join(t.PartitionBy, ",") {
+		problems = append(problems, fmt.Sprintf("partition_by is %v in the spec but the table is partitioned by (%s): ClickHouse cannot repartition a table in place; restore the spec's partition_by, or create a new table", t.PartitionBy, info.partitionKey))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("clickhouse: table %s does not match the spec:\n  - %s", t.Name, strings.Join(problems, "\n  - "))
+	}
+	return add, nil
+}
+
+// reconcileColumns compares the declared columns with the table's: it
+// returns the nullable columns to add and the differences it cannot apply.
+func reconcileColumns(t sinks.Table, info *tableInfo) (add []batch.Column, problems []string) {
 	declared := map[string]bool{}
 	for _, c := range t.Schema.Columns {
 		declared[c.Name] = true
@@ -312,19 +355,10 @@ func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	}
 	for _, c := range info.columns {
 		if !declared[c.Name] {
-			problems = append(problems, fmt.Sprintf("column %s (%s) is in the table but not in the spec: declare it again (nullable columns may stay NULL), or drop it yourself with ALTER TABLE %s DROP COLUMN %s", c.Name, c.describe(), t.Name, c.Name))
+			problems = append(problems, fmt.Sprintf("column %s (%s) is in the table but not in the spec: declare it again (nullable columns may stay NULL), or drop it yourself with ALTER TABLE %s DROP COLUMN %s", c.Name, c.describe(), info.name, c.Name))
 		}
 	}
-	if len(t.OrderBy) > 0 && normKey(info.sortingKey) != strings.Join(t.OrderBy, ",") {
-		problems = append(problems, fmt.Sprintf("order_by is %v in the spec but the table is ordered by (%s): ClickHouse cannot change a sorting key in place; restore the spec's order_by, or create a new table", t.OrderBy, info.sortingKey))
-	}
-	if len(t.PartitionBy) > 0 && normKey(info.partitionKey) != strings.Join(t.PartitionBy, ",") {
-		problems = append(problems, fmt.Sprintf("partition_by is %v in the spec but the table is partitioned by (%s): ClickHouse cannot repartition a table in place; restore the spec's partition_by, or create a new table", t.PartitionBy, info.partitionKey))
-	}
-	if len(problems) > 0 {
-		return nil, fmt.Errorf("clickhouse: table %s does not match the spec:\n  - %s", t.Name, strings.Join(problems, "\n  - "))
-	}
-	return add, nil
+	return add, problems
 }
 
 // describe reads an existing table, or returns nil when there is none.
@@ -374,6 +408,13 @@ func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
 			info.hasLoadID = typ == "String"
 			continue
 		}
+		if strings.HasPrefix(cname, sluicePrefix) {
+			if info.hidden == nil {
+				info.hidden = map[string]hiddenColumn{}
+			}
+			info.hidden[cname] = hiddenColumn{typ: typ, comment: comment}
+			continue
+		}
 		c, err := parseColumn(cname, typ, comment)
 		if err != nil {
 			return nil, fmt.Errorf("clickhouse: table %s: %w", name, err)
@@ -408,8 +449,12 @@ func (s *Sink) info(ctx context.Context, name string) (*tableInfo, error) {
 	return info, nil
 }
 
+// forget drops the cached description of a table, or of the CDC target
+// whose physical table it is.
 func (s *Sink) forget(name string) {
 	s.mu.Lock()
 	delete(s.tables, name)
+	delete(s.cdc, name)
+	delete(s.cdc, strings.TrimPrefix(name, physPrefix))
 	s.mu.Unlock()
 }

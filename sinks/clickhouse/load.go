@@ -2,6 +2,7 @@ package clickhouse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,9 +45,10 @@ type load struct {
 
 	mu     sync.Mutex
 	state  loadState
-	stages map[string]string // table -> staging table
-	locks  []string          // lock views held while committing
-	todo   unresolved        // while in s.pending
+	stages map[string]string   // table -> staging table
+	locks  []string            // lock views held while committing
+	todo   unresolved          // while in s.pending
+	cdc    map[string]*loadCDC // CDC target -> what the load wrote to it
 }
 
 // Begin starts a load: it creates the load's marker view, which the commit
@@ -59,7 +61,7 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 		return nil, err
 	}
 	s.maybeMaintain(ctx)
-	l := &load{s: s, meta: meta, enc: encodeID(meta.LoadID), stages: map[string]string{}}
+	l := &load{s: s, meta: meta, enc: encodeID(meta.LoadID), stages: map[string]string{}, cdc: map[string]*loadCDC{}}
 	s.mu.Lock()
 	_, dup := s.inflight[l.enc]
 	_, dup2 := s.pending[l.enc]
@@ -109,10 +111,15 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 		return fmt.Errorf("clickhouse: write to %s: load %s is %s", table, l.meta.LoadID, l.stateName())
 	}
 	s := l.s
-	if table == batch.LoadsTable || table == stateTable || table == heartbeatsTable {
+	if strings.HasPrefix(table, sluicePrefix) && table != batch.DeadLettersTable {
 		return fmt.Errorf("clickhouse: write to %s: sluice writes that table itself", table)
 	}
 	info, err := s.info(ctx, table)
+	if errors.Is(err, sinks.ErrUnknownTable) {
+		if _, cerr := s.cdcInfo(ctx, table); cerr == nil {
+			return fmt.Errorf("clickhouse: write to %s: it is a CDC target, whose rows are written with Upsert and Remove", table)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("clickhouse: write to %s: %w", table, err)
 	}
@@ -124,13 +131,11 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 	if n == 0 {
 		return nil
 	}
-	vals := make([]any, len(cols))
-	for i, c := range cols {
-		if vals[i], err = s.feat.values(table, c, b.Vectors[i]); err != nil {
-			return err
-		}
+	names, vals, err := s.columnValues(table, cols, b)
+	if err != nil {
+		return err
 	}
-	if err := l.stage(ctx, table, cols, vals, n); err != nil {
+	if err := l.stage(ctx, table, names, vals, n); err != nil {
 		if gone(err) {
 			// The staging table or the marker went: recovery in another
 			// process took this load for abandoned. The target is there, so
@@ -145,35 +150,47 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 	return nil
 }
 
-// stage inserts n rows, as column values, into the load's staging table of
-// table, creating it on the first write.
-func (l *load) stage(ctx context.Context, table string, cols []column, vals []any, n int) error {
+// ensureStage returns the load's staging table of table, creating it on
+// first use as a copy of the table's structure (columns, engine, keys).
+func (l *load) ensureStage(ctx context.Context, table string) (string, error) {
+	if stage := l.stages[table]; stage != "" {
+		return stage, nil
+	}
 	s := l.s
-	stage := l.stages[table]
-	if stage == "" {
-		stage = stageName(0, l.enc, table)
-		if len(stage) > 200 {
-			return fmt.Errorf("clickhouse: write to %s: load id %s and table name are too long together", table, l.meta.LoadID)
-		}
-		if err := s.exec(ctx, "create staging table for "+table,
-			"CREATE TABLE "+s.table(stage)+" AS "+s.table(table)); err != nil {
-			return err
-		}
-		l.stages[table] = stage
+	stage := stageName(0, l.enc, table)
+	if len(stage) > 200 {
+		return "", fmt.Errorf("clickhouse: write to %s: load id %s and table name are too long together", table, l.meta.LoadID)
 	}
-	names := make([]string, 0, len(cols)+1)
-	for _, c := range cols {
-		names = append(names, quote(c.Name))
+	if err := s.exec(ctx, "create staging table for "+table,
+		"CREATE TABLE "+s.table(stage)+" AS "+s.table(table)); err != nil {
+		return "", err
 	}
-	names = append(names, quote(batch.LoadIDColumn))
-	bt, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.table(stage)+" ("+strings.Join(names, ", ")+")")
+	l.stages[table] = stage
+	return stage, nil
+}
+
+// stage inserts n rows, as column values, into the load's staging table of
+// table, creating it on the first write. names are the columns of vals;
+// stage adds _sluice_load_id.
+func (l *load) stage(ctx context.Context, table string, names []string, vals []any, n int) error {
+	s := l.s
+	stage, err := l.ensureStage(ctx, table)
+	if err != nil {
+		return err
+	}
+	quoted := make([]string, 0, len(names)+1)
+	for _, name := range names {
+		quoted = append(quoted, quote(name))
+	}
+	quoted = append(quoted, quote(batch.LoadIDColumn))
+	bt, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.table(stage)+" ("+strings.Join(quoted, ", ")+")")
 	if err != nil {
 		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
 	}
 	for i, v := range vals {
 		if err := bt.Column(i).Append(v); err != nil {
 			bt.Abort()
-			return fmt.Errorf("clickhouse: stage rows of %s: column %s: %w", table, cols[i].Name, err)
+			return fmt.Errorf("clickhouse: stage rows of %s: column %s: %w", table, names[i], err)
 		}
 	}
 	ids := make([]string, n)
@@ -188,6 +205,19 @@ func (l *load) stage(ctx context.Context, table string, cols []column, vals []an
 		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
 	}
 	return nil
+}
+
+// columnValues converts a batch's vectors for the table's columns cols.
+func (s *Sink) columnValues(table string, cols []column, b *batch.Batch) (names []string, vals []any, err error) {
+	names = make([]string, len(cols))
+	vals = make([]any, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+		if vals[i], err = s.feat.values(table, c, b.Vectors[i]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return names, vals, nil
 }
 
 // matchBatch checks that b has exactly the table's declared columns and
@@ -263,6 +293,9 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 	if len(stale) > 0 {
 		return fail(fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
 			strings.Join(stale, "; "), sinks.ErrStale))
+	}
+	if err := s.checkLeases(l); err != nil {
+		return fail(err)
 	}
 	if err := s.insertRow(ctx, l, c, time.Now()); err != nil && !gone(err) {
 		// The row may or may not have landed: find out later, after fencing.

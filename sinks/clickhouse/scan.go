@@ -2,6 +2,7 @@ package clickhouse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,7 +24,15 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	if !validIdent(table) {
 		return nil, fmt.Errorf("clickhouse: scan %q: %w", table, sinks.ErrUnknownTable)
 	}
+	if ct := s.cachedCDC(table); ct != nil {
+		return s.scanCDC(ctx, ct)
+	}
 	info, err := s.info(ctx, table)
+	if errors.Is(err, sinks.ErrUnknownTable) {
+		if ct, cerr := s.cdcInfo(ctx, table); cerr == nil {
+			return s.scanCDC(ctx, ct)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +49,17 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 		args = append(args, s.opts.Pipeline)
 	}
 	return s.read(ctx, table, cols, q, args...)
+}
+
+// scanCDC returns a CDC target's logical content: its view, which has the
+// target's columns and no _sluice_ metadata (a row's load id says nothing
+// once later loads replaced some of its columns).
+func (s *Sink) scanCDC(ctx context.Context, ct *cdcTable) (*batch.Batch, error) {
+	names := make([]string, len(ct.info.columns))
+	for i, c := range ct.info.columns {
+		names[i] = quote(c.Name)
+	}
+	return s.read(ctx, ct.name, ct.info.columns, "SELECT "+strings.Join(names, ", ")+" FROM "+s.table(ct.name))
 }
 
 // read runs a query whose result columns are cols into a batch.

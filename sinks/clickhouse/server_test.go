@@ -95,3 +95,12 @@ func TestConformance(t *testing.T) {
 		return func() sinks.Sink { return dial(t, addr, db) }
 	}, suiteOptions(probe)...)
 }
+
+func TestCDCConformance(t *testing.T) {
+	addr := serverAddr(t)
+	probe := openSink(t, addr, "default")
+	sinktest.RunCDC(t, func(t *testing.T) func() sinks.Sink {
+		db := newDatabase(t, addr)
+		return func() sinks.Sink { return dial(t, addr, db) }
+	}, suiteOptions(probe)...)
+}

@@ -33,6 +33,8 @@ type Sink struct {
 	log     *slog.Logger
 	// grace: see defaultGrace. Tests shorten it.
 	grace time.Duration
+	// leaseGrace: see leaseLockGrace. Tests shorten it.
+	leaseGrace time.Duration
 
 	resolveMu sync.Mutex // one resolvePending at a time
 
@@ -45,9 +47,21 @@ type Sink struct {
 	owner       string                // id of the latest heartbeat this process wrote
 	lastMnt     time.Time
 	hbSeq       uint64
+
+	// CDC targets (see cdc.go).
+	cdc      map[string]*cdcTable // described CDC targets by name; dropped by Ensure
+	settled  map[string]bool      // CDC targets whose committed loads this sink saw published
+	floors   map[string]uint64    // per CDC target: the highest version base known
+	lastBase uint64               // the last version base this sink gave a load
+	leases   map[string]heldLease // the leases this sink took, by target
 }
 
-var _ sinks.Sink = (*Sink)(nil)
+var (
+	_ sinks.Sink        = (*Sink)(nil)
+	_ sinks.StateReader = (*Sink)(nil)
+	_ sinks.Leaser      = (*Sink)(nil)
+	_ sinks.CDCLoad     = (*load)(nil)
+)
 
 // Open connects to the server and detects its version. The database is
 // created by Ensure, not here.
@@ -94,19 +108,24 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 	s.version = fmt.Sprintf("%d.%d.%d", v.Version.Major, v.Version.Minor, v.Version.Patch)
 	s.feat = featuresOf(int(v.Version.Major), int(v.Version.Minor))
 	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "version", s.version,
-		"datetime64", s.feat.dateTime64, "date32", s.feat.date32)
+		"datetime64", s.feat.dateTime64, "date32", s.feat.date32, "is_deleted", s.feat.isDeleted)
 	return s, nil
 }
 
 func newSink(c conn, opts Options, log *slog.Logger) *Sink {
 	return &Sink{
-		conn:     c,
-		opts:     opts,
-		log:      log,
-		grace:    defaultGrace,
-		tables:   map[string]*tableInfo{},
-		inflight: map[string]*load{},
-		pending:  map[string]*load{},
+		conn:       c,
+		opts:       opts,
+		log:        log,
+		grace:      defaultGrace,
+		leaseGrace: leaseLockGrace,
+		tables:     map[string]*tableInfo{},
+		inflight:   map[string]*load{},
+		pending:    map[string]*load{},
+		cdc:        map[string]*cdcTable{},
+		settled:    map[string]bool{},
+		floors:     map[string]uint64{},
+		leases:     map[string]heldLease{},
 	}
 }
 

@@ -13,11 +13,12 @@ type features struct {
 	dateTime64 bool // DateTime64(6, 'UTC'): 20.1
 	date32     bool // Date32: 21.9
 	wideDates  bool // DateTime64 and Date32 reach 1900-01-01..2299-12-31 (before: 1925..2283): 22.8
+	isDeleted  bool // ReplacingMergeTree(version, is_deleted): 23.2
 }
 
 func featuresOf(major, minor int) features {
 	at := func(ma, mi int) bool { return major > ma || (major == ma && minor >= mi) }
-	return features{dateTime64: at(20, 1), date32: at(21, 9), wideDates: at(22, 8)}
+	return features{dateTime64: at(20, 1), date32: at(21, 9), wideDates: at(22, 8), isDeleted: at(23, 2)}
 }
 
 // chType is the ClickHouse type a new column of type t gets.

@@ -1,0 +1,166 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/ext"
+	chcol "github.com/ClickHouse/clickhouse-go/v2/lib/column"
+)
+
+// Hidden CDC state lives in _sluice_cdc_state, a ReplacingMergeTree(version)
+// partitioned by target and ordered by (target, key): one row per state
+// version, value the engine's serialized state, deleted = 1 for a removed
+// state. Loads stage their states like their rows and publish them together,
+// so GetState, which reads only published rows, first makes sure that every
+// committed load of the target is published (settle).
+
+// stateChunk is how many keys one GetState query sends as external data.
+const stateChunk = 100_000
+
+// GetState returns the state of each key that has one, as of the last
+// committed load of table. The keys travel as external data (a temporary
+// table of the query), not in the query text, so any number of them fits
+// in max_query_size.
+func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error) {
+	if err := s.ensureSystem(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := s.cdcInfo(ctx, table); err != nil {
+		return nil, fmt.Errorf("clickhouse: read state of %s: %w", table, err)
+	}
+	if err := s.settle(ctx, table); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(keys))
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), stateChunk)]
+		keys = keys[len(chunk):]
+		if err := s.readStates(ctx, table, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Sink) readStates(ctx context.Context, table string, keys []string, out map[string][]byte) error {
+	keyTable, err := ext.NewTable("sluice_keys", ext.Column("key", chcol.Type("String")))
+	if err != nil {
+		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
+	}
+	if _, err := keyTable.Block().Columns[0].Append(keys); err != nil {
+		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
+	}
+	ctx = clickhouse.Context(ctx, clickhouse.WithExternalTable(keyTable))
+	rows, err := s.conn.Query(ctx, "SELECT key, argMax(value, version), argMax(deleted, version) FROM "+s.table(cdcStateTable)+
+		" WHERE target = ? AND key IN (SELECT key FROM sluice_keys) GROUP BY key", table)
+	if err != nil {
+		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, value string
+		var deleted uint8
+		if err := rows.Scan(&key, &value, &deleted); err != nil {
+			return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
+		}
+		if deleted == 0 {
+			out[key] = []byte(value)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
+	}
+	return nil
+}
+
+// settle makes the committed state of a CDC target readable from its
+// published tables: this process's own unresolved loads are resolved (every
+// time: cheap when there are none), and committed loads of any process that
+// are still unpublished and wrote the target or the state table are
+// published, the first time this sink reads the target and after it takes
+// the target's lease over. A writer holding the lease is the only one to
+// commit loads of the target, so nothing else can appear in between.
+func (s *Sink) settle(ctx context.Context, table string) error {
+	if err := s.resolvePending(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	done := s.settled[table]
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := s.publishCommitted(ctx, map[string]bool{physName(table): true, cdcStateTable: true}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.settled[table] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// publishCommitted publishes the committed loads, of any process, that have
+// a staging table for one of tables, except this process's loads in flight.
+// Publication is fenced (see rollForward), so racing with their writer or
+// with another recovery is safe.
+func (s *Sink) publishCommitted(ctx context.Context, tables map[string]bool) error {
+	ages, err := s.objectAges(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	busy := make(map[string]bool, len(s.inflight)+len(s.pending))
+	for enc := range s.inflight {
+		busy[enc] = true
+	}
+	for enc := range s.pending {
+		busy[enc] = true
+	}
+	s.mu.Unlock()
+	loads := map[string]*loadObjects{}
+	relevant := map[string]bool{}
+	for name, age := range ages {
+		_, enc, table, ok := parseStage(name)
+		if !ok || busy[enc] {
+			continue
+		}
+		lo := loads[enc]
+		if lo == nil {
+			lo = &loadObjects{enc: enc, stages: map[string]time.Duration{}}
+			loads[enc] = lo
+		}
+		lo.stages[name] = age
+		if tables[table] {
+			relevant[enc] = true
+		}
+	}
+	var ids []string
+	for enc := range relevant {
+		id, err := decodeID(enc)
+		if err != nil {
+			continue
+		}
+		loads[enc].id = id
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	committed, err := s.committedAt(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, enc := range sortedKeys(relevant) {
+		lo := loads[enc]
+		if _, ok := committed[lo.id]; !ok || lo.id == "" {
+			continue
+		}
+		if err := s.finishCommitted(ctx, lo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
