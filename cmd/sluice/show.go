@@ -48,6 +48,15 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 			return usageErr("unknown table %q: not a table of the spec, %s or %s", table, batch.LoadsTable, batch.DeadLettersTable)
 		}
 		sortBy = t.Schema.Names()
+		if t.CDC {
+			// By key, then (SCD type 2) __START_AT, then the rest.
+			sortBy = append(append([]string(nil), t.Keys...), "__START_AT")
+			for _, n := range t.Schema.Names() {
+				if !slices.Contains(sortBy, n) {
+					sortBy = append(sortBy, n)
+				}
+			}
+		}
 	}
 	log, err := g.logger()
 	if err != nil {
