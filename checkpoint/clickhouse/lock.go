@@ -1,0 +1,262 @@
+package clickhouse
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+)
+
+// A key's write lock is a view, _sluice_statelock_<hash of the key>, whose
+// one row names the writer holding it (a random token per acquisition).
+// CREATE VIEW fails when the view exists, so at most one writer holds it;
+// the write is an INSERT ... SELECT from the view filtered by the token, so
+// it lands only while the view names the writer. A view older than the
+// grace period is left by a stopped process: it is dropped, after which
+// every query still naming it is waited for (fenced), and taken.
+
+const (
+	lockPrefix = "_sluice_statelock_"
+
+	// ClickHouse error codes the store looks at.
+	codeUnknownTable       = 60
+	codeTableIsDropped     = 218
+	codeTableAlreadyExists = 57
+)
+
+// lock is a held write lock.
+type lock struct {
+	name, token string
+	at          time.Time // when this process asked for it, by its clock
+	lost        bool      // found taken over: not to be dropped
+	unsettled   bool      // an insert under it may still be running on the server
+}
+
+// cleanupTimeout bounds releasing a lock after the caller's context ended.
+const cleanupTimeout = 30 * time.Second
+
+// fresh reports whether no other writer can yet have taken the lock over:
+// its age by the server's clock (whole seconds) is at most the time since
+// this process asked for it, well below the grace period.
+func (l *lock) fresh(grace time.Duration) bool { return time.Since(l.at) < grace/2 }
+
+func lockName(k string) string {
+	h := sha256.Sum256([]byte(k))
+	return lockPrefix + hex.EncodeToString(h[:12])
+}
+
+// locked runs do while holding the write lock of key k.
+func (s *Store) locked(ctx context.Context, k string, do func(l *lock) error) error {
+	l, err := s.acquire(ctx, k)
+	if err != nil {
+		return err
+	}
+	err = do(l)
+	// Release even when ctx has ended: a lock left behind holds the key up
+	// for the grace period.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if rerr := s.release(rctx, l); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (s *Store) acquire(ctx context.Context, k string) (*lock, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	l := &lock{name: lockName(k), token: hex.EncodeToString(b[:])}
+	deadline := time.Now().Add(s.lockWait)
+	backoff := 2 * time.Millisecond
+	var ageErr error
+	for {
+		l.at = time.Now()
+		err := s.conn.Exec(ctx, "CREATE VIEW "+s.table(l.name)+" AS SELECT '"+l.token+"' AS holder")
+		if err == nil {
+			return l, nil
+		}
+		if !isCode(err, codeTableAlreadyExists) {
+			// The create may have landed although its answer was lost.
+			if held, herr := s.holds(ctx, l); herr == nil && held {
+				return l, nil
+			}
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+		// Reading system.tables fails now and then while the view is being
+		// dropped (unknown table, or its metadata file not found): the
+		// lock is being released, so wait as for a live one.
+		age, found, err := s.lockAge(ctx, l.name)
+		if err != nil {
+			ageErr = err
+		}
+		if err == nil && found && age > s.grace {
+			s.log.Info("checkpoint write lock of a stopped process removed", "key", k, "lock", l.name, "age", age)
+			if err := s.fence(ctx, l.name); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if time.Now().After(deadline) {
+			if ageErr != nil {
+				return nil, fmt.Errorf("lock: another writer of the key has held it for more than %v (last error: %w)", s.lockWait, ageErr)
+			}
+			return nil, fmt.Errorf("lock: another writer of the key has held it for more than %v", s.lockWait)
+		}
+		if err := sleep(ctx, backoff/2+mrand.N(backoff)); err != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// release drops the lock unless it was found taken over. A lock held longer
+// than half the grace period is checked first, so that a writer that
+// stalled does not drop the lock of the writer that took it over.
+func (s *Store) release(ctx context.Context, l *lock) error {
+	if l.lost {
+		return nil
+	}
+	if !l.fresh(s.grace) {
+		held, err := s.holds(ctx, l)
+		if err != nil || !held {
+			return err
+		}
+	}
+	if l.unsettled {
+		// Another writer must not read before that insert ended.
+		if err := s.fence(ctx, l.name); err != nil {
+			return fmt.Errorf("unlock: %w", err)
+		}
+		return nil
+	}
+	if err := s.conn.Exec(ctx, "DROP TABLE IF EXISTS "+s.table(l.name)+s.dropSync); err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	return nil
+}
+
+// holds reports whether the lock view exists and names l's token.
+func (s *Store) holds(ctx context.Context, l *lock) (bool, error) {
+	rows, err := s.conn.Query(ctx, "SELECT holder FROM "+s.table(l.name))
+	if gone(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read lock: %w", err)
+	}
+	defer rows.Close()
+	held := false
+	for rows.Next() {
+		var h string
+		if err := rows.Scan(&h); err != nil {
+			return false, fmt.Errorf("read lock: %w", err)
+		}
+		held = h == l.token
+	}
+	if err := rows.Err(); err != nil {
+		if gone(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read lock: %w", err)
+	}
+	return held, nil
+}
+
+// lockAge returns how old a lock view is by the server's clock.
+func (s *Store) lockAge(ctx context.Context, name string) (time.Duration, bool, error) {
+	rows, err := s.conn.Query(ctx, "SELECT toInt64(toUnixTimestamp(now())) - toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND name = ?", s.db, name)
+	if err != nil {
+		return 0, false, fmt.Errorf("lock age: %w", err)
+	}
+	defer rows.Close()
+	var age int64
+	found := false
+	for rows.Next() {
+		if err := rows.Scan(&age); err != nil {
+			return 0, false, fmt.Errorf("lock age: %w", err)
+		}
+		found = true
+	}
+	if err := rows.Err(); err != nil {
+		return 0, false, fmt.Errorf("lock age: %w", err)
+	}
+	return time.Duration(age) * time.Second, found, nil
+}
+
+// fence drops a lock view and waits until no running query names it, so
+// that whatever its holder was doing with it has finished or will fail.
+func (s *Store) fence(ctx context.Context, name string) error {
+	if err := s.conn.Exec(ctx, "DROP TABLE IF EXISTS "+s.table(name)+s.dropSync); err != nil {
+		return fmt.Errorf("drop lock %s: %w", name, err)
+	}
+	return s.waitQueries(ctx, name)
+}
+
+// waitQueries waits until no running query other than this wait mentions
+// name. Dropping a table waits for the queries using it in an Ordinary
+// database (ClickHouse 18.16), not in an Atomic one; this makes both behave
+// alike, and covers a query whose client is gone.
+func (s *Store) waitQueries(ctx context.Context, name string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n, err := s.countQueries(ctx, name)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d queries still use %s", n, name)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Store) countQueries(ctx context.Context, name string) (uint64, error) {
+	rows, err := s.conn.Query(ctx, "SELECT count() FROM system.processes WHERE position(query, ?) > 0 AND position(query, 'system.processes') = 0 AND position(query, 'CREATE VIEW') = 0", name)
+	if err != nil {
+		return 0, fmt.Errorf("wait for queries on %s: %w", name, err)
+	}
+	defer rows.Close()
+	var n uint64
+	for rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, fmt.Errorf("wait for queries on %s: %w", name, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("wait for queries on %s: %w", name, err)
+	}
+	return n, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// gone reports whether err says a table does not exist or is being dropped.
+func gone(err error) bool { return isCode(err, codeUnknownTable) || isCode(err, codeTableIsDropped) }
+
+// isCode reports whether err is a server exception with the code.
+func isCode(err error, code int32) bool {
+	var ex *ch.Exception
+	return errors.As(err, &ex) && ex.Code == code
+}

@@ -1,0 +1,375 @@
+package clickhouse
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/sluicehq/sluice/checkpoint"
+)
+
+// Table is the table of checkpoints; the ClickHouse sink creates it with
+// the same statement.
+const Table = "_sluice_state"
+
+// Conn is what the Store uses of a connection; clickhouse-go's driver.Conn
+// has it.
+type Conn interface {
+	Exec(ctx context.Context, query string, args ...any) error
+	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
+}
+
+// Options configure a Store.
+type Options struct {
+	// Database holds the table (the destination's database). Required.
+	Database string
+	// Logger receives lock takeovers at Info. Nil discards.
+	Logger *slog.Logger
+	// LockWait bounds waiting for another writer of the same key. Default
+	// 30 s.
+	LockWait time.Duration
+	// LockGrace is the age after which a key's write lock counts as left by
+	// a stopped process and is taken over (a writer holds it for the
+	// milliseconds of one read and one insert). Default 10 s, at least 2 s.
+	LockGrace time.Duration
+}
+
+// Store is a checkpoint.Store in the destination's _sluice_state table. It
+// is safe for concurrent use, and any number of processes may share the
+// table.
+type Store struct {
+	conn     Conn
+	db       string
+	log      *slog.Logger
+	lockWait time.Duration
+	grace    time.Duration
+	dropSync string // " SYNC" in an Atomic database, so that a drop waits for running queries
+	closed   atomic.Bool
+}
+
+var _ checkpoint.Store = (*Store)(nil)
+
+// Open creates the database and the table when missing and returns a Store
+// on them. The connection stays the caller's: Close does not close it.
+func Open(ctx context.Context, conn Conn, opts Options) (*Store, error) {
+	if !validIdent(opts.Database) {
+		return nil, fmt.Errorf("checkpoint: clickhouse: database name %q: use letters, digits and underscores", opts.Database)
+	}
+	if opts.LockWait <= 0 {
+		opts.LockWait = 30 * time.Second
+	}
+	if opts.LockGrace <= 0 {
+		opts.LockGrace = 10 * time.Second
+	}
+	opts.LockGrace = max(opts.LockGrace, 2*time.Second)
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{conn: conn, db: opts.Database, log: log, lockWait: opts.LockWait, grace: opts.LockGrace}
+	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+quote(s.db)); err != nil {
+		return nil, err
+	}
+	// The same statement as the sink's (sinks/clickhouse, ensureSystem).
+	if err := s.exec(ctx, "create "+Table, "CREATE TABLE IF NOT EXISTS "+s.table(Table)+` (
+	key String, value String, revision UInt64, updated_at DateTime('UTC')
+) ENGINE = ReplacingMergeTree(revision) ORDER BY key`); err != nil {
+		return nil, err
+	}
+	engine, err := s.databaseEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if engine == "Atomic" || engine == "Replicated" {
+		s.dropSync = " SYNC"
+	}
+	return s, nil
+}
+
+// row is a key's current row; revision 0: never written; value "": a
+// tombstone (Put refuses empty values).
+type row struct {
+	value    string
+	revision uint64
+	at       time.Time
+}
+
+func (r row) entry() checkpoint.Entry {
+	return checkpoint.Entry{Value: []byte(r.value), Revision: r.revision, UpdatedAt: r.at}
+}
+
+// Get implements checkpoint.Store.
+func (s *Store) Get(ctx context.Context, key checkpoint.Key) (checkpoint.Entry, error) {
+	if err := key.Validate(); err != nil {
+		return checkpoint.Entry{}, err
+	}
+	if s.closed.Load() {
+		return checkpoint.Entry{}, checkpoint.ErrClosed
+	}
+	r, err := s.read(ctx, key.String())
+	if err != nil {
+		return checkpoint.Entry{}, fmt.Errorf("checkpoint: clickhouse: get %s: %w", key, err)
+	}
+	if r.value == "" {
+		return checkpoint.Entry{Revision: r.revision}, fmt.Errorf("checkpoint: clickhouse: get %s: %w", key, checkpoint.ErrNotFound)
+	}
+	return r.entry(), nil
+}
+
+// Put implements checkpoint.Store.
+func (s *Store) Put(ctx context.Context, key checkpoint.Key, e checkpoint.Entry) error {
+	if err := checkpoint.ValidatePut(key, e); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return checkpoint.ErrClosed
+	}
+	k := key.String()
+	err := s.locked(ctx, k, func(l *lock) error {
+		cur, err := s.read(ctx, k)
+		if err != nil {
+			return err
+		}
+		if cur.revision != e.Revision {
+			return fmt.Errorf("at revision %d, stored %d: %w", e.Revision, cur.revision, checkpoint.ErrStale)
+		}
+		return s.write(ctx, l, k, e.Value, e.Revision+1)
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: clickhouse: put %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete implements checkpoint.Store: each selected key gets a tombstone
+// row (an empty value) at its next revision, under its write lock.
+func (s *Store) Delete(ctx context.Context, prefix checkpoint.Key) error {
+	if err := prefix.ValidatePrefix(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return checkpoint.ErrClosed
+	}
+	entries, err := s.scan(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("checkpoint: clickhouse: delete %s: %w", prefix, err)
+	}
+	for _, e := range entries {
+		k := e.Key.String()
+		err := s.locked(ctx, k, func(l *lock) error {
+			cur, err := s.read(ctx, k)
+			if err != nil || cur.value == "" {
+				return err
+			}
+			return s.write(ctx, l, k, nil, cur.revision+1)
+		})
+		if err != nil {
+			return fmt.Errorf("checkpoint: clickhouse: delete %s: %s: %w", prefix, e.Key, err)
+		}
+	}
+	return nil
+}
+
+// List implements checkpoint.Store.
+func (s *Store) List(ctx context.Context, prefix checkpoint.Key) ([]checkpoint.KeyEntry, error) {
+	if s.closed.Load() {
+		return nil, checkpoint.ErrClosed
+	}
+	out, err := s.scan(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: clickhouse: list %s: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// Close implements checkpoint.Store. It leaves the connection open.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// read returns the current row of a key; the zero row when it has none.
+// Only the key is filtered in SQL: a condition on another column could be
+// applied before FINAL merges the versions (as PREWHERE) and show a
+// replaced row.
+func (s *Store) read(ctx context.Context, k string) (row, error) {
+	var r row
+	rows, err := s.conn.Query(ctx, "SELECT value, revision, toInt64(toUnixTimestamp(updated_at)) FROM "+s.table(Table)+" FINAL WHERE key = ?", k)
+	if err != nil {
+		return r, fmt.Errorf("read: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c row
+		var at int64
+		if err := rows.Scan(&c.value, &c.revision, &at); err != nil {
+			return r, fmt.Errorf("read: %w", err)
+		}
+		if c.revision >= r.revision {
+			c.at = time.Unix(at, 0).UTC()
+			r = c
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("read: %w", err)
+	}
+	return r, nil
+}
+
+// scan returns the live entries prefix selects, in key order.
+func (s *Store) scan(ctx context.Context, prefix checkpoint.Key) ([]checkpoint.KeyEntry, error) {
+	q := "SELECT key, value, revision, toInt64(toUnixTimestamp(updated_at)) FROM " + s.table(Table) + " FINAL"
+	var args []any
+	if p := prefix.ScanPrefix(); p != "" {
+		q += " WHERE startsWith(key, ?)"
+		args = append(args, p)
+	}
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	defer rows.Close()
+	latest := map[string]row{}
+	for rows.Next() {
+		var k string
+		var c row
+		var at int64
+		if err := rows.Scan(&k, &c.value, &c.revision, &at); err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+		c.at = time.Unix(at, 0).UTC()
+		if prev, ok := latest[k]; !ok || c.revision >= prev.revision {
+			latest[k] = c
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	var out []checkpoint.KeyEntry
+	for k, r := range latest {
+		if r.value == "" {
+			continue
+		}
+		key, err := checkpoint.ParseKey(k)
+		if err != nil {
+			return nil, err
+		}
+		if prefix.Matches(key) {
+			out = append(out, checkpoint.KeyEntry{Key: key, Entry: r.entry()})
+		}
+	}
+	checkpoint.SortEntries(out)
+	return out, nil
+}
+
+// maxQuery is below ClickHouse's default max_query_size (256 KiB); a longer
+// statement raises the setting for itself.
+const maxQuery = 200 << 10
+
+// write inserts the key's row at revision rev (a tombstone when value is
+// empty) while l is held. The row is selected from the lock view, so it
+// lands only while the view still names this writer: a writer whose lock
+// was taken over as abandoned writes nothing.
+func (s *Store) write(ctx context.Context, l *lock, k string, value []byte, rev uint64) error {
+	q := "INSERT INTO " + s.table(Table) + " (key, value, revision, updated_at) SELECT ?, unhex(?), toUInt64(" +
+		strconv.FormatUint(rev, 10) + "), toDateTime(" + strconv.FormatInt(time.Now().Unix(), 10) + ", 'UTC') FROM " +
+		s.table(l.name) + " WHERE holder = ?"
+	qctx := ctx
+	if n := len(q) + len(k) + 2*len(value) + len(l.token); n > maxQuery {
+		qctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"max_query_size": n + 1<<16}))
+	}
+	l.unsettled = true
+	err := s.conn.Exec(qctx, q, k, hex.EncodeToString(value), l.token)
+	if err == nil {
+		l.unsettled = false
+		if l.fresh(s.grace) {
+			// Nobody can have taken the lock yet, so the insert read it and
+			// landed.
+			return nil
+		}
+	} else {
+		// The outcome is unknown: wait until the insert can no longer land,
+		// then look while still holding the lock.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if werr := s.waitQueries(ctx, l.name); werr != nil {
+			return fmt.Errorf("insert: %w (and then: %v)", err, werr)
+		}
+		l.unsettled = false
+	}
+	held, herr := s.holds(ctx, l)
+	if herr != nil {
+		return fmt.Errorf("insert: outcome unknown: %w", herr)
+	}
+	if !held {
+		l.lost = true
+		if err != nil {
+			return fmt.Errorf("insert: %w; the write lock was taken over meanwhile, so it may or may not have landed", err)
+		}
+		return fmt.Errorf("insert: the write lock was taken over as abandoned meanwhile, so it may or may not have landed")
+	}
+	if err == nil {
+		return nil
+	}
+	cur, rerr := s.read(ctx, k)
+	if rerr == nil && cur.revision == rev {
+		return nil // it landed although its answer was an error
+	}
+	return fmt.Errorf("insert: %w", err)
+}
+
+func (s *Store) exec(ctx context.Context, what, query string, args ...any) error {
+	if err := s.conn.Exec(ctx, query, args...); err != nil {
+		return fmt.Errorf("checkpoint: clickhouse: %s: %w", what, err)
+	}
+	return nil
+}
+
+func (s *Store) databaseEngine(ctx context.Context) (string, error) {
+	rows, err := s.conn.Query(ctx, "SELECT engine FROM system.databases WHERE name = ?", s.db)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: clickhouse: read database engine: %w", err)
+	}
+	defer rows.Close()
+	var engine string
+	for rows.Next() {
+		if err := rows.Scan(&engine); err != nil {
+			return "", fmt.Errorf("checkpoint: clickhouse: read database engine: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("checkpoint: clickhouse: read database engine: %w", err)
+	}
+	return engine, nil
+}
+
+// table returns the quoted, database-qualified name of a table.
+func (s *Store) table(name string) string { return quote(s.db) + "." + quote(name) }
+
+// validIdent reports whether s can name a database: ASCII letters, digits
+// and underscores, not starting with a digit.
+func validIdent(s string) bool {
+	if s == "" || len(s) > 100 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func quote(s string) string { return "`" + s + "`" }
