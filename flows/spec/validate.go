@@ -702,11 +702,8 @@ func (c *checker) incremental(i int, f *Flow) {
 		}
 	}
 	switch in.LastValueFunc {
-	case "", LastValueMax:
-	case LastValueMin:
-		if in.Lag != "" {
-			c.add(path+".lag", "lag applies with last_value_func max only")
-		}
+	case "", LastValueMax, LastValueMin:
+		// lag works both ways: max re-reads below last_value, min above it.
 	default:
 		c.add(path+".last_value_func", "unknown value %q: max or min", in.LastValueFunc)
 	}

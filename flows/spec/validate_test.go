@@ -547,7 +547,7 @@ flows:
       cursor: day
       initial_value: "2024-13-01" #! flows[0].incremental.initial_value: not a date value
       last_value_func: min
-      lag: 3d #! flows[0].incremental.lag: max only #! flows[0].incremental.lag: needs write: replace_partitions
+      lag: 3d #! flows[0].incremental.lag: needs write: replace_partitions
   - name: g
     target: t
     kind: append
