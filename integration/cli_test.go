@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateListsEveryProblemWithItsLine(t *testing.T) {
@@ -46,46 +47,106 @@ flows:
 		}
 	}
 
-	good := writeSpec(t, "127.0.0.1:9092", 100)
-	if res := sluice(t, "validate", "-f", good); res.code != 0 {
-		t.Fatalf("valid spec: exit %d\n%s", res.code, res.stderr)
+	// A valid spec of each destination validates (without reaching the
+	// destination).
+	for _, d := range []destination{localDest{}, &clickHouseDest{addr: "127.0.0.1:9000", db: "shop"}} {
+		good := writeSpec(t, d, "127.0.0.1:9092", 100)
+		if res := sluice(t, "validate", "-f", good); res.code != 0 {
+			t.Fatalf("valid spec with destination %s: exit %d\n%s", d.yaml(), res.code, res.stderr)
+		}
+	}
+
+	// Problems of a ClickHouse destination come with their lines too.
+	chBad := `pipeline: it
+kafka:
+  brokers: [127.0.0.1:9092]
+destination:
+  clickhouse:
+    addr: [no-port]
+    database: shop
+    read_timeout: -1s
+tables:
+  - name: events
+    columns:
+      - {name: id, type: int64}
+flows:
+  - name: in
+    target: events
+    kind: append
+    source: {kafka: {topic: events, format: json}}
+`
+	if err := os.WriteFile(path, []byte(chBad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = sluice(t, "validate", "-f", path)
+	if res.code != 2 {
+		t.Fatalf("validate of a bad clickhouse destination: exit %d, want 2\n%s", res.code, res.stderr)
+	}
+	for _, want := range []struct {
+		line int
+		word string
+	}{{6, "addr"}, {8, "read_timeout"}} {
+		re := regexp.MustCompile(`:` + strconv.Itoa(want.line) + `:.*` + regexp.QuoteMeta(want.word))
+		if !re.MatchString(res.stderr) {
+			t.Errorf("no problem at line %d naming %q in:\n%s", want.line, want.word, res.stderr)
+		}
 	}
 }
 
 func TestShowFormatsAndUnknownTable(t *testing.T) {
 	t.Parallel()
-	b := startBroker(t, map[string]int32{"events": 1})
-	produce(t, b.Addr(), "events", 1, 3)
-	spec := writeSpec(t, b.Addr(), 100)
-	mustSluice(t, "update", "-f", spec)
+	forEachDestination(t, func(t *testing.T, d destination) {
+		b := startBroker(t, map[string]int32{"events": 1})
+		produce(t, b.Addr(), "events", 1, 3)
+		spec := writeSpec(t, d, b.Addr(), 100)
+		mustSluice(t, "update", "-f", spec)
 
-	got := mustSluice(t, "show", "-f", spec, "events", "--format", "jsonl").stdout
-	rows := jsonl(t, got)
-	if len(rows) != 2 {
-		t.Fatalf("jsonl rows: %d, want 2\n%s", len(rows), got)
-	}
-	first := strings.SplitN(got, "\n", 2)[0]
-	wantPrefix := `{"id":1,"name":"n-1","amount":"1.01","at":"2026-03-01T10:00:01.5Z","_sluice_load_id":`
-	if !strings.HasPrefix(first, wantPrefix) {
-		t.Fatalf("first jsonl row\n%s\nwant prefix\n%s", first, wantPrefix)
-	}
+		// A timestamp shows as the destination stores it: 18.16's
+		// DateTime drops the fraction of a second.
+		at := stored(t, d, spec, "2026-03-01T10:00:01.5Z")
+		got := mustSluice(t, "show", "-f", spec, "events", "--format", "jsonl").stdout
+		rows := jsonl(t, got)
+		if len(rows) != 2 {
+			t.Fatalf("jsonl rows: %d, want 2\n%s", len(rows), got)
+		}
+		first := strings.SplitN(got, "\n", 2)[0]
+		wantPrefix := `{"id":1,"name":"n-1","amount":"1.01","at":"` + at + `","_sluice_load_id":`
+		if !strings.HasPrefix(first, wantPrefix) {
+			t.Fatalf("first jsonl row\n%s\nwant prefix\n%s", first, wantPrefix)
+		}
 
-	csv := mustSluice(t, "show", "-f", spec, "events", "--format", "csv").stdout
-	lines := strings.Split(strings.TrimSpace(csv), "\n")
-	if lines[0] != "id,name,amount,at,_sluice_load_id" || !strings.HasPrefix(lines[1], "1,n-1,1.01,2026-03-01T10:00:01.5Z,") || len(lines) != 3 {
-		t.Fatalf("csv:\n%s", csv)
-	}
-	table := mustSluice(t, "show", "-f", spec, "events").stdout
-	if !strings.Contains(table, "n-2") || !strings.Contains(table, "amount") {
-		t.Fatalf("table format:\n%s", table)
-	}
+		csv := mustSluice(t, "show", "-f", spec, "events", "--format", "csv").stdout
+		lines := strings.Split(strings.TrimSpace(csv), "\n")
+		if lines[0] != "id,name,amount,at,_sluice_load_id" || !strings.HasPrefix(lines[1], "1,n-1,1.01,"+at+",") || len(lines) != 3 {
+			t.Fatalf("csv:\n%s", csv)
+		}
+		table := mustSluice(t, "show", "-f", spec, "events").stdout
+		if !strings.Contains(table, "n-2") || !strings.Contains(table, "amount") {
+			t.Fatalf("table format:\n%s", table)
+		}
+		// What show prints is what the destination holds.
+		if ids := d.ids(t, spec, "events", "id"); len(ids) != 2 || ids[0] != 1 || ids[1] != 2 {
+			t.Fatalf("destination holds ids %v, want [1 2]", ids)
+		}
 
-	if res := sluice(t, "show", "-f", spec, "nope"); res.code != 2 {
-		t.Fatalf("show of an unknown table: exit %d, want 2", res.code)
+		if res := sluice(t, "show", "-f", spec, "nope"); res.code != 2 {
+			t.Fatalf("show of an unknown table: exit %d, want 2", res.code)
+		}
+		if res := sluice(t, "show", "-f", spec, "events", "--format", "xml"); res.code != 2 {
+			t.Fatalf("show with an unknown format: exit %d, want 2", res.code)
+		}
+	})
+}
+
+// stored returns an RFC 3339 time of the events table's at column as the
+// destination keeps it.
+func stored(t testing.TB, d destination, spec, rfc3339 string) string {
+	t.Helper()
+	ts, err := time.Parse(time.RFC3339Nano, rfc3339)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if res := sluice(t, "show", "-f", spec, "events", "--format", "xml"); res.code != 2 {
-		t.Fatalf("show with an unknown format: exit %d, want 2", res.code)
-	}
+	return ts.Truncate(d.precision(t, spec, "events", "at")).Format(time.RFC3339Nano)
 }
 
 func TestDemoRuns(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,8 +79,7 @@ const eventsSpec = `pipeline: it
 kafka:
   brokers: [%s]
   session_timeout: 2s
-destination:
-  local: {path: ./data}
+destination: %s
 tables:
   - name: events
     columns:
@@ -95,13 +95,13 @@ flows:
     batch: {rows: %d, wait: 200ms}
 `
 
-// writeSpec writes the events pipeline for the broker into a new folder and
-// returns the spec's path.
-func writeSpec(t testing.TB, addr string, batchRows int) string {
+// writeSpec writes the events pipeline from the broker into the destination
+// into a new folder and returns the spec's path.
+func writeSpec(t testing.TB, d destination, addr string, batchRows int) string {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, eventsSpec, addr, batchRows), 0o644); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, eventsSpec, addr, d.yaml(), batchRows), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -148,12 +148,15 @@ func mustSluice(t testing.TB, args ...string) result {
 // next one for long.
 var fastArgs = []string{"--heartbeat-every", "200ms", "--heartbeat-ttl", "1s"}
 
-func start(t testing.TB, args ...string) (*exec.Cmd, *bytes.Buffer) {
+// start starts the binary; its stdout and stderr go to the returned buffer.
+// A process still running when the test ends is killed, and the output of
+// each is logged when the test failed.
+func start(t testing.TB, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	cmd.Stdout = &errb
+	out := &syncBuffer{}
+	cmd.Stderr = out
+	cmd.Stdout = out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +165,30 @@ func start(t testing.TB, args ...string) (*exec.Cmd, *bytes.Buffer) {
 			cmd.Process.Kill()
 			cmd.Wait()
 		}
+		if t.Failed() {
+			t.Logf("output of sluice %s (pid %d):\n%s", strings.Join(args, " "), cmd.Process.Pid, tail(out.String(), 8000))
+		}
 	})
-	return cmd, &errb
+	return cmd, out
+}
+
+// syncBuffer is a buffer a running process writes to while the test reads
+// it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func tail(s string, n int) string {
