@@ -158,7 +158,7 @@ func cdcSetup(t *testing.T) (db string, open func() *Sink) {
 	db = newDatabase(t, addr)
 	open = func() *Sink {
 		s := openSink(t, addr, db, func(o *Options) { o.Pipeline = "p" })
-		s.grace = -time.Second
+		s.setGrace(-time.Second)
 		return s
 	}
 	if err := open().Ensure(context.Background(), []sinks.Table{custTable, histTable}); err != nil {
@@ -549,7 +549,7 @@ func TestCDCServerRestart(t *testing.T) {
 		o.Pipeline = "p"
 		o.DialTimeout = 2 * time.Second
 	})
-	s.grace = -time.Second
+	s.setGrace(-time.Second)
 	if err := s.Ensure(ctx, []sinks.Table{custTable}); err != nil {
 		t.Fatal(err)
 	}

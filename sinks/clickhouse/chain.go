@@ -144,7 +144,7 @@ func (s *Sink) holder(ctx context.Context, name string, withAge bool) (lockHolde
 func (s *Sink) abandoned(ownerEnc string, age time.Duration, alive map[string]bool) bool {
 	owner, err := decodeID(ownerEnc)
 	if err != nil || owner == "" {
-		return age > s.grace
+		return age > s.graceTime()
 	}
 	if owner == s.currentOwner() {
 		return true

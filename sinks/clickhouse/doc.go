@@ -3,7 +3,8 @@
 // _sluice_heartbeats, _sluice_state for the checkpoint store, and
 // _sluice_cdc_state and _sluice_leases for CDC targets), stages each load in
 // staging tables, commits it by one row in _sluice_loads, publishes it with
-// ATTACH PARTITION ... FROM, and recovers what stopped processes left behind.
+// ATTACH PARTITION ... FROM, and recovers what stopped processes left behind
+// (at start, and in a background cleanup while the sink is open).
 //
 // A CDC target (SCD type 1 or 2) is a ReplacingMergeTree physical table of
 // row versions and removal markers under a view that shows its logical

@@ -178,7 +178,7 @@ func setup(t *testing.T) (addr, db string, open func() *Sink) {
 	db = newDatabase(t, addr)
 	open = func() *Sink {
 		s := openSink(t, addr, db, func(o *Options) { o.Pipeline = "p" })
-		s.grace = -time.Second // everything without a live owner counts as abandoned
+		s.setGrace(-time.Second) // everything without a live owner counts as abandoned
 		return s
 	}
 	s := open()
@@ -331,7 +331,7 @@ func TestLiveOwner(t *testing.T) {
 				t.Fatal(err)
 			}
 			s2 := open()
-			s2.grace = time.Hour // only the heartbeat decides
+			s2.setGrace(time.Hour) // only the heartbeat decides
 			if _, err := s2.Recover(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -440,7 +440,7 @@ func race(t *testing.T, grace time.Duration) {
 	ss := make([]*Sink, writers)
 	for i := range ss {
 		ss[i] = open()
-		ss[i].grace = grace
+		ss[i].setGrace(grace)
 	}
 	var want []int64
 	from, won := 0, 0

@@ -45,7 +45,8 @@ type load struct {
 
 	mu     sync.Mutex
 	state  loadState
-	stages map[string]string   // table -> staging table
+	stages map[string]string   // table -> staging table (recorded before its CREATE)
+	unsure map[string]bool     // tables whose staging table's CREATE has not succeeded
 	locks  []string            // lock views held while committing
 	todo   unresolved          // while in s.pending
 	cdc    map[string]*loadCDC // CDC target -> what the load wrote to it
@@ -61,7 +62,7 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 		return nil, err
 	}
 	s.maybeMaintain(ctx)
-	l := &load{s: s, meta: meta, enc: encodeID(meta.LoadID), stages: map[string]string{}, cdc: map[string]*loadCDC{}}
+	l := &load{s: s, meta: meta, enc: encodeID(meta.LoadID), stages: map[string]string{}, unsure: map[string]bool{}, cdc: map[string]*loadCDC{}}
 	s.mu.Lock()
 	_, dup := s.inflight[l.enc]
 	_, dup2 := s.pending[l.enc]
@@ -152,8 +153,11 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 
 // ensureStage returns the load's staging table of table, creating it on
 // first use as a copy of the table's structure (columns, engine, keys).
+// The name is recorded before the CREATE: a CREATE whose answer is lost
+// (the server died meanwhile) may have created the table, and Abort and
+// discard drop every recorded name, whether or not it exists.
 func (l *load) ensureStage(ctx context.Context, table string) (string, error) {
-	if stage := l.stages[table]; stage != "" {
+	if stage := l.stages[table]; stage != "" && !l.unsure[table] {
 		return stage, nil
 	}
 	s := l.s
@@ -161,11 +165,17 @@ func (l *load) ensureStage(ctx context.Context, table string) (string, error) {
 	if len(stage) > 200 {
 		return "", fmt.Errorf("clickhouse: write to %s: load id %s and table name are too long together", table, l.meta.LoadID)
 	}
-	if err := s.exec(ctx, "create staging table for "+table,
-		"CREATE TABLE "+s.table(stage)+" AS "+s.table(table)); err != nil {
+	tried := l.unsure[table]
+	l.stages[table] = stage
+	l.unsure[table] = true
+	err := s.exec(ctx, "create staging table for "+table, "CREATE TABLE "+s.table(stage)+" AS "+s.table(table))
+	if err != nil && !(tried && isCode(err, codeTableAlreadyExists)) {
 		return "", err
 	}
-	l.stages[table] = stage
+	// Created now, or by this load's earlier CREATE whose answer was lost
+	// (nothing is inserted into a staging table before its creation is
+	// known, so it is empty).
+	delete(l.unsure, table)
 	return stage, nil
 }
 
@@ -354,6 +364,7 @@ func (s *Sink) dropLoad(ctx context.Context, l *load) error {
 			return err
 		}
 		delete(l.stages, table)
+		delete(l.unsure, table)
 	}
 	return nil
 }

@@ -34,6 +34,19 @@ type Options struct {
 	// Logger receives recovery and schema changes at Info, retried
 	// failures at Warn and per-load detail at Debug (nil: discard).
 	Logger *slog.Logger
+	// CleanupEvery is the period of the background cleanup that Open
+	// starts and Close stops: it publishes the committed loads and removes
+	// the uncommitted loads and locks that stopped processes left behind,
+	// whether or not this process is loading anything (default 10s;
+	// negative: no background cleanup, only the one Begin runs at most
+	// every 30s).
+	CleanupEvery time.Duration
+	// Grace is how long a committed load is left to its writer to publish
+	// before any process publishes it, whether its writer lives or not,
+	// and how long a protocol object without a known owner is left alone
+	// before it counts as abandoned (default 30s). A committed load whose
+	// writer's heartbeat expired or ended is published at once.
+	Grace time.Duration
 }
 
 const (
@@ -49,6 +62,8 @@ const (
 	defaultGrace = 30 * time.Second
 	// maintainEvery is how often Begin runs the periodic maintenance.
 	maintainEvery = 30 * time.Second
+	// defaultCleanupEvery is the period of the background cleanup.
+	defaultCleanupEvery = 10 * time.Second
 )
 
 func (o *Options) withDefaults() {
@@ -66,5 +81,11 @@ func (o *Options) withDefaults() {
 	}
 	if o.ReadTimeout <= 0 {
 		o.ReadTimeout = defaultReadTimeout
+	}
+	if o.CleanupEvery == 0 {
+		o.CleanupEvery = defaultCleanupEvery
+	}
+	if o.Grace <= 0 {
+		o.Grace = defaultGrace
 	}
 }

@@ -18,6 +18,8 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 	if err := s.ensureSystem(ctx); err != nil {
 		return nil, err
 	}
+	s.mntMu.Lock()
+	defer s.mntMu.Unlock()
 	s.mu.Lock()
 	s.lastMnt = time.Now()
 	s.mu.Unlock()
@@ -27,9 +29,14 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 	return s.Ledger(ctx)
 }
 
-// maybeMaintain runs the periodic maintenance at most every maintainEvery;
-// it logs what fails rather than failing the load that triggered it.
+// maybeMaintain runs the periodic maintenance at most every maintainEvery,
+// unless one (such as the background cleanup) is running; it logs what
+// fails rather than failing the load that triggered it.
 func (s *Sink) maybeMaintain(ctx context.Context) {
+	if !s.mntMu.TryLock() {
+		return
+	}
+	defer s.mntMu.Unlock()
 	s.mu.Lock()
 	due := time.Since(s.lastMnt) >= maintainEvery
 	if due {
@@ -54,10 +61,12 @@ type loadObjects struct {
 }
 
 // maintain finishes what stopped processes left: committed loads are
-// published (by the periodic run only once they are older than the grace
-// period, so that live writers publish their own), uncommitted loads and
-// locks of stopped processes are fenced and dropped.
+// published (by the periodic runs only once their writer stopped or they
+// are older than the grace period, so that live writers publish their
+// own), uncommitted loads and locks of stopped processes are fenced and
+// dropped. Callers hold s.mntMu.
 func (s *Sink) maintain(ctx context.Context, force bool) error {
+	grace := s.graceTime()
 	if err := s.resolvePending(ctx); err != nil {
 		return err
 	}
@@ -121,10 +130,8 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 	encs := sortedKeys(loads)
 	for _, enc := range encs {
 		lo := loads[enc]
-		if at, ok := committed[lo.id]; ok {
-			if !force && time.Since(at) < s.grace {
-				continue
-			}
+		at, done := committed[lo.id]
+		if done && force {
 			if err := s.finishCommitted(ctx, lo); err != nil {
 				return err
 			}
@@ -145,6 +152,18 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 			for _, a := range lo.stages {
 				age = min(age, a)
 			}
+		}
+		if done {
+			// A committed load is its writer's to publish while the writer
+			// lives, for the grace period; after it, or once the writer
+			// stopped, whoever gets to it first publishes it (fenced).
+			if since := time.Since(at); since < grace && !s.abandoned(owner, since, alive) {
+				continue
+			}
+			if err := s.finishCommitted(ctx, lo); err != nil {
+				return err
+			}
+			continue
 		}
 		if !s.abandoned(owner, age, alive) {
 			continue
@@ -180,7 +199,7 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 			continue
 		}
 		id, derr := decodeID(h.enc)
-		take := derr != nil && h.age > s.grace
+		take := derr != nil && h.age > grace
 		if derr == nil {
 			at, err := s.committedAt(ctx, []string{id})
 			if err != nil {

@@ -67,7 +67,7 @@ func TestServerRestart(t *testing.T) {
 			o.Pipeline = "p"
 			o.DialTimeout = 2 * time.Second
 		})
-		s.grace = -time.Second
+		s.setGrace(-time.Second)
 		return s
 	}
 	s := open()

@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -31,12 +32,14 @@ type Sink struct {
 	version string
 	feat    features
 	log     *slog.Logger
-	// grace: see defaultGrace. Tests shorten it.
-	grace time.Duration
 	// leaseGrace: see leaseLockGrace. Tests shorten it.
 	leaseGrace time.Duration
 
 	resolveMu sync.Mutex // one resolvePending at a time
+	mntMu     sync.Mutex // one maintenance (Recover, periodic, background) at a time
+
+	stopCleanup func()        // cancels the background cleanup; nil when none runs
+	cleanupDone chan struct{} // closed when the background cleanup returned
 
 	mu          sync.Mutex
 	systemReady bool                  // ensureSystem succeeded
@@ -47,6 +50,7 @@ type Sink struct {
 	owner       string                // id of the latest heartbeat this process wrote
 	lastMnt     time.Time
 	hbSeq       uint64
+	grace       time.Duration // Options.Grace; see graceTime
 
 	// CDC targets (see cdc.go).
 	cdc      map[string]*cdcTable // described CDC targets by name; dropped by Ensure
@@ -109,6 +113,7 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 	s.feat = featuresOf(int(v.Version.Major), int(v.Version.Minor))
 	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "version", s.version,
 		"datetime64", s.feat.dateTime64, "date32", s.feat.date32, "is_deleted", s.feat.isDeleted)
+	s.startCleanup(opts.CleanupEvery)
 	return s, nil
 }
 
@@ -117,7 +122,7 @@ func newSink(c conn, opts Options, log *slog.Logger) *Sink {
 		conn:       c,
 		opts:       opts,
 		log:        log,
-		grace:      defaultGrace,
+		grace:      cmp.Or(max(opts.Grace, 0), defaultGrace),
 		leaseGrace: leaseLockGrace,
 		tables:     map[string]*tableInfo{},
 		inflight:   map[string]*load{},
@@ -183,8 +188,10 @@ func textSettings(s clickhouse.Settings) []string {
 // ServerVersion returns the server's version as major.minor.patch.
 func (s *Sink) ServerVersion() string { return s.version }
 
-// Close closes the connections. Loads still open are left to recovery.
+// Close stops the background cleanup and closes the connections. Loads
+// still open are left to recovery.
 func (s *Sink) Close() error {
+	s.endCleanup()
 	if err := s.conn.Close(); err != nil {
 		return fmt.Errorf("clickhouse: close: %w", err)
 	}
