@@ -77,9 +77,10 @@ type fastForm struct {
 	lits []string
 }
 
-// exprType is the Go type a value of column type t has in an expression
-// (as spec.ExprType).
-func exprType(t batch.Type) reflect.Type {
+// ExprType is the Go type a value of column type t has in an expression:
+// string, int64, float64 (float64 and decimal), bool, time.Time (timestamp
+// and date, in UTC) or []byte. A null value is nil.
+func ExprType(t batch.Type) reflect.Type {
 	switch t.Kind {
 	case batch.KindString:
 		return reflect.TypeFor[string]()
@@ -95,18 +96,31 @@ func exprType(t batch.Type) reflect.Type {
 	return reflect.TypeFor[[]byte]()
 }
 
-func compileExpression(src string, source batch.Schema, kafka bool) (*expression, error) {
+// ExprEnv is the environment expressions over a source's records compile
+// against: the source's columns, plus the Kafka metadata fields for a Kafka
+// source, or _file_path for a file source. The spec's validation and the
+// engine both use it, so that an expression valid in one is valid in the
+// other.
+func ExprEnv(source batch.Schema, kafka bool) map[string]any {
 	env := make(map[string]any, len(source.Columns)+len(batch.KafkaFields))
 	if kafka {
 		for name, t := range batch.KafkaFields {
-			env[name] = reflect.Zero(exprType(t)).Interface()
+			env[name] = reflect.Zero(ExprType(t)).Interface()
 		}
 	} else {
 		env[FieldFilePath] = ""
 	}
 	for _, col := range source.Columns {
-		env[col.Name] = reflect.Zero(exprType(col.Type)).Interface()
+		if col.Type.Kind == batch.KindInvalid {
+			continue
+		}
+		env[col.Name] = reflect.Zero(ExprType(col.Type)).Interface()
 	}
+	return env
+}
+
+func compileExpression(src string, source batch.Schema, kafka bool) (*expression, error) {
+	env := ExprEnv(source, kafka)
 	prog, err := expr.Compile(src, expr.Env(env), expr.AsBool())
 	if err != nil {
 		msg, _, _ := strings.Cut(err.Error(), "\n")

@@ -16,6 +16,7 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/file"
 
+	"github.com/sluicehq/sluice/cdc"
 	"github.com/sluicehq/sluice/flows/batch"
 )
 
@@ -1018,42 +1019,12 @@ func exprEnv(f *Flow, s batch.Schema, known bool) map[string]any {
 	if !known {
 		return nil
 	}
-	env := make(map[string]any, len(s.Columns)+len(batch.KafkaFields))
-	switch {
-	case f.Source.Kafka != nil:
-		for name, t := range batch.KafkaFields {
-			env[name] = reflect.Zero(ExprType(t)).Interface()
-		}
-	default:
-		env[FieldFilePath] = ""
-	}
-	for _, col := range s.Columns {
-		if col.Type.Kind == batch.KindInvalid {
-			continue
-		}
-		env[col.Name] = reflect.Zero(ExprType(col.Type)).Interface()
-	}
-	return env
+	return cdc.ExprEnv(s, f.Source.Kafka != nil)
 }
 
-// ExprType is the Go type a value of column type t has in an expression:
-// string, int64, float64 (float64 and decimal), bool, time.Time (timestamp
-// and date, in UTC) or []byte. A null value is nil.
-func ExprType(t batch.Type) reflect.Type {
-	switch t.Kind {
-	case batch.KindString:
-		return reflect.TypeFor[string]()
-	case batch.KindInt64:
-		return reflect.TypeFor[int64]()
-	case batch.KindFloat64, batch.KindDecimal:
-		return reflect.TypeFor[float64]()
-	case batch.KindBool:
-		return reflect.TypeFor[bool]()
-	case batch.KindTimestamp, batch.KindDate:
-		return reflect.TypeFor[time.Time]()
-	}
-	return reflect.TypeFor[[]byte]()
-}
+// ExprType is the Go type a value of column type t has in an expression
+// (cdc.ExprType).
+func ExprType(t batch.Type) reflect.Type { return cdc.ExprType(t) }
 
 // compileBool compiles a boolean expression against env; a nil env checks
 // the syntax only.
