@@ -2,11 +2,8 @@ package clickhouse
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,22 +13,10 @@ import (
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/checkpoint/storetest"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 )
 
-// serverAddr returns the test server's address from SLUICE_CLICKHOUSE_ADDR.
-// Without it the test fails under CI=true and is skipped otherwise.
-func serverAddr(t testing.TB) string {
-	t.Helper()
-	addr := os.Getenv("SLUICE_CLICKHOUSE_ADDR")
-	if addr != "" {
-		return addr
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("SLUICE_CLICKHOUSE_ADDR is not set: start a server with `eval \"$(scripts/clickhouse-test-server start DIR)\"` (make test does)")
-	}
-	t.Skip("SLUICE_CLICKHOUSE_ADDR is not set (under CI=true this fails): start a server with scripts/clickhouse-test-server start DIR")
-	return ""
-}
+func serverAddr(t testing.TB) string { t.Helper(); return chtest.ServerAddr(t) }
 
 func dial(t testing.TB, addr string) driver.Conn {
 	t.Helper()
@@ -42,21 +27,7 @@ func dial(t testing.TB, addr string) driver.Conn {
 	return c
 }
 
-// newDatabase returns a fresh database name, dropped when the test ends.
-func newDatabase(t testing.TB, addr string) string {
-	t.Helper()
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	db := "sluice_ckpt_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		c := dial(t, addr)
-		defer c.Close()
-		_ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+quote(db))
-	})
-	return db
-}
+func newDatabase(t testing.TB, addr string) string { t.Helper(); return chtest.NewDatabase(t, addr) }
 
 // connStore is a Store with its own connection, closed with it.
 type connStore struct {

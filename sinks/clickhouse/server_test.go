@@ -2,52 +2,18 @@ package clickhouse
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 	"github.com/sluicehq/sluice/sinks/sinktest"
 )
 
-// serverAddr returns the test server's address from SLUICE_CLICKHOUSE_ADDR.
-// Without it the test fails under CI=true and is skipped otherwise.
-func serverAddr(t testing.TB) string {
-	t.Helper()
-	addr := os.Getenv("SLUICE_CLICKHOUSE_ADDR")
-	if addr != "" {
-		return addr
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("SLUICE_CLICKHOUSE_ADDR is not set: start a server with `eval \"$(scripts/clickhouse-test-server start DIR)\"` (make test does)")
-	}
-	t.Skip("SLUICE_CLICKHOUSE_ADDR is not set (under CI=true this fails): start a server with scripts/clickhouse-test-server start DIR")
-	return ""
-}
+func serverAddr(t testing.TB) string { t.Helper(); return chtest.ServerAddr(t) }
 
-// newDatabase returns a fresh database name, dropped when the test ends.
-func newDatabase(t testing.TB, addr string) string {
-	t.Helper()
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	db := "sluice_test_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		c, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: 5 * time.Second})
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+quote(db))
-	})
-	return db
-}
+func newDatabase(t testing.TB, addr string) string { t.Helper(); return chtest.NewDatabase(t, addr) }
 
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
