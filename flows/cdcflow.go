@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/cdc"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
@@ -191,6 +192,9 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		return nil, err
 	}
 	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng}
+	if f.Source.Kafka == nil {
+		return h, nil // a file source: the backfill readers decode
+	}
 	if f.Source.Kafka.Format == spec.FormatDebezium {
 		proto, err := decode.NewDebezium(cfg.Source, f.Keys, f.StoredAsSCDType == 2)
 		if err != nil {
@@ -210,6 +214,23 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 
 func (h *cdcHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
 	in, dls := h.decode(rb)
+	return h.apply(ctx, in, dls)
+}
+
+// prepareChunk applies a chunk of a file source: each row's position is
+// the file and its row number.
+func (h *cdcHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*prepared, error) {
+	n := ch.Batch.Len()
+	in := cdc.Input{Batch: ch.Batch, Positions: make([]cdc.Position, n)}
+	for i := range n {
+		in.Positions[i] = cdc.Position{Flow: h.flow.Name, File: ch.File, Offset: ch.Row(i)}
+	}
+	return h.apply(ctx, in, ch.DeadLetters)
+}
+
+// apply runs the engine over a decoded batch, holding the target until the
+// load that writes the result ended.
+func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLetter) (*prepared, error) {
 	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
 		h.r.stampDeadLetters(h.flow, dls)
 		return nil, failOnDeadLetter(dls)

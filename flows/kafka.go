@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/decode"
@@ -21,6 +22,7 @@ import (
 // records. Handlers of CDC flows also get told how the load ended.
 type batchHandler interface {
 	prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error)
+	prepareChunk(ctx context.Context, ch *backfill.Chunk) (*prepared, error)
 }
 
 // prepared is a batch ready to load.
@@ -124,11 +126,7 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 		Rows:        p.rows,
 		DeadLetters: p.deadLetters,
 	}
-	attempts := 0
-	err = kf.r.retry(ctx, "load", func(ctx context.Context) error {
-		attempts++
-		return kf.load(ctx, rb, p, c)
-	})
+	attempts, err := kf.r.loadPrepared(ctx, kf.flow, int64(rb.Generation), p, c)
 	if errors.Is(err, sinks.ErrStale) {
 		// Either an earlier attempt of this very load committed before its
 		// error reached us (the ledger then stands at rb.Next), or another
@@ -165,28 +163,35 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 	return nil
 }
 
-func (kf *kafkaFlow) load(ctx context.Context, rb *consumer.RecordBatch, p *prepared, c sinks.Commit) error {
-	ld, err := kf.r.sink.Begin(ctx, sinks.LoadMeta{
-		LoadID:     newLoadID(),
-		Pipeline:   kf.r.p.Pipeline,
-		Flow:       kf.flow.Name,
-		Targets:    []string{kf.flow.Target},
-		Generation: int64(rb.Generation),
-	})
-	if err != nil {
-		return err
-	}
-	err = p.write(ctx, ld)
-	if err == nil {
-		err = ld.Commit(ctx, c)
-	}
-	if err != nil {
-		if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
-			kf.log.Warn("load not aborted; recovery removes it", "err", aerr)
+// loadPrepared writes a prepared batch as one load and commits it,
+// retrying what the destination classifies as retryable; attempts counts
+// the loads begun.
+func (r *runner) loadPrepared(ctx context.Context, f *spec.Flow, generation int64, p *prepared, c sinks.Commit) (attempts int, err error) {
+	err = r.retry(ctx, "load", func(ctx context.Context) error {
+		attempts++
+		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{
+			LoadID:     newLoadID(),
+			Pipeline:   r.p.Pipeline,
+			Flow:       f.Name,
+			Targets:    []string{f.Target},
+			Generation: generation,
+		})
+		if err != nil {
+			return err
 		}
-		return err
-	}
-	return nil
+		err = p.write(ctx, ld)
+		if err == nil {
+			err = ld.Commit(ctx, c)
+		}
+		if err != nil {
+			if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
+				r.log.Warn("load not aborted; recovery removes it", "flow", f.Name, "err", aerr)
+			}
+			return err
+		}
+		return nil
+	})
+	return attempts, err
 }
 
 // stampDeadLetters fills in what the decoders leave to the runner.
@@ -217,14 +222,15 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	if target == nil {
 		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
-	proto, err := decode.NewJSON(f.SourceSchema())
-	if err != nil {
-		return nil, err
+	h := &appendHandler{r: r, flow: f, target: target.Schema}
+	if f.Source.Kafka != nil {
+		proto, err := decode.NewJSON(f.SourceSchema())
+		if err != nil {
+			return nil, err
+		}
+		h.pool.New = func() any { return proto.Clone() }
 	}
-	return &appendHandler{
-		r: r, flow: f, target: target.Schema,
-		pool: sync.Pool{New: func() any { return proto.Clone() }},
-	}, nil
+	return h, nil
 }
 
 func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*prepared, error) {
@@ -236,6 +242,20 @@ func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*p
 	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
 		return nil, failOnDeadLetter(dls)
 	}
+	return h.appendRows(out, dls)
+}
+
+// prepareChunk appends a chunk of a file source.
+func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*prepared, error) {
+	dls := ch.DeadLetters
+	h.r.stampDeadLetters(h.flow, dls)
+	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
+		return nil, failOnDeadLetter(dls)
+	}
+	return h.appendRows(ch.Batch, dls)
+}
+
+func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter) (*prepared, error) {
 	rows := Project(out, h.target)
 	return &prepared{
 		rows:        int64(rows.Len()),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
@@ -76,11 +77,12 @@ func Execute(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, opts Option
 }
 
 type runner struct {
-	p    *spec.Pipeline
-	sink sinks.Sink
-	opts Options
-	log  *slog.Logger
-	id   string
+	p           *spec.Pipeline
+	sink        sinks.Sink
+	opts        Options
+	log         *slog.Logger
+	id          string
+	checkpoints checkpoint.Store // opened when a flow reads files
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -103,7 +105,7 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 func (r *runner) execute(ctx context.Context) error {
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
-		supported := f.Source.Kafka != nil && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC)
+		supported := (f.Source.Kafka != nil || f.Source.Files != nil) && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC)
 		if !supported {
 			return fmt.Errorf("flow %s: %s flows from %s sources are not supported by this version of sluice", f.Name, f.Kind, sourceKind(f))
 		}
@@ -129,6 +131,14 @@ func (r *runner) execute(ctx context.Context) error {
 		return err
 	}
 	defer stopLeases()
+	for i := range r.p.Flows {
+		if r.p.Flows[i].Source.Files != nil && r.checkpoints == nil {
+			if r.checkpoints, err = OpenCheckpoints(ctx, r.p, r.sink); err != nil {
+				return fmt.Errorf("checkpoint store: %w", err)
+			}
+			defer r.checkpoints.Close()
+		}
+	}
 
 	handlers := make([]batchHandler, len(r.p.Flows))
 	for i := range r.p.Flows {
@@ -156,7 +166,11 @@ func (r *runner) execute(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.runKafkaFlow(flowCtx, f, h); err != nil {
+			run := r.runKafkaFlow
+			if f.Source.Files != nil {
+				run = r.runFilesFlow
+			}
+			if err := run(flowCtx, f, h); err != nil {
 				mu.Lock()
 				errs = multierror.Append(errs, fmt.Errorf("flow %s: %w", f.Name, err))
 				mu.Unlock()

@@ -133,3 +133,17 @@ func TestLedgerPositions(t *testing.T) {
 		t.Fatalf("decode: %v %v", back, err)
 	}
 }
+
+func TestLedgerFilePositions(t *testing.T) {
+	led := &Ledger{Loads: []LoadRecord{
+		{Flow: "bf", Positions: Positions{{File: "a.parquet", RowGroup: 100}}},
+		{Flow: "bf", Positions: Positions{{File: "a.parquet", RowGroup: 250, Done: true}}},
+		{Flow: "bf", Positions: Positions{{File: "b.parquet", RowGroup: 10}}},
+		{Flow: "other", Positions: Positions{{File: "c.parquet", RowGroup: 5, Done: true}}},
+		{Flow: "bf", Positions: Positions{{Topic: "t", Offset: 9}}},
+	}}
+	got := led.FilePositions("bf")
+	if len(got) != 2 || got["a.parquet"].RowGroup != 250 || !got["a.parquet"].Done || got["b.parquet"].RowGroup != 10 || got["b.parquet"].Done {
+		t.Fatalf("file positions %+v", got)
+	}
+}

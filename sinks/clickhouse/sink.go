@@ -222,3 +222,13 @@ func (s *Sink) currentOwner() string {
 	defer s.mu.Unlock()
 	return s.owner
 }
+
+// StateConn is the part of the connection the checkpoint store uses.
+type StateConn interface {
+	Exec(ctx context.Context, query string, args ...any) error
+	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
+}
+
+// StateConn returns the sink's connection and database, for the checkpoint
+// store that keeps its state in the same database (_sluice_state).
+func (s *Sink) StateConn() (StateConn, string) { return s.conn, s.opts.Database }

@@ -1,0 +1,258 @@
+package flows
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/backfill"
+	"github.com/sluicehq/sluice/checkpoint"
+	checkpointch "github.com/sluicehq/sluice/checkpoint/clickhouse"
+	checkpointlocal "github.com/sluicehq/sluice/checkpoint/local"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse"
+)
+
+// filesPollEvery is how often `run` looks for new files of a files flow.
+const filesPollEvery = 10 * time.Second
+
+// OpenCheckpoints opens the pipeline's checkpoint store, in its destination:
+// _sluice_state in ClickHouse, <path>/_sluice/checkpoint.db locally.
+func OpenCheckpoints(ctx context.Context, p *spec.Pipeline, sink sinks.Sink) (checkpoint.Store, error) {
+	if s, ok := sink.(interface {
+		StateConn() (clickhouse.StateConn, string)
+	}); ok {
+		conn, db := s.StateConn()
+		return checkpointch.Open(ctx, conn, checkpointch.Options{Database: db})
+	}
+	if p.Destination.Local != nil {
+		return checkpointlocal.Open(p.Path(p.Destination.Local.Path), checkpointlocal.Options{})
+	}
+	return nil, errors.New("the destination keeps no checkpoint store")
+}
+
+// Fingerprint identifies a flow's definition: a once-flow whose definition
+// changed after it completed is refused rather than silently skipped. Line
+// numbers do not count.
+func Fingerprint(f *spec.Flow) string {
+	raw, err := json.Marshal(f)
+	if err != nil {
+		panic(fmt.Sprintf("flows: flow %s does not encode: %v", f.Name, err))
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		panic(fmt.Sprintf("flows: flow %s does not decode: %v", f.Name, err))
+	}
+	stripLines(v)
+	canon, _ := json.Marshal(v) // maps encode with sorted keys
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:12])
+}
+
+func stripLines(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		delete(x, "Line")
+		delete(x, "Column")
+		for _, e := range x {
+			stripLines(e)
+		}
+	case []any:
+		for _, e := range x {
+			stripLines(e)
+		}
+	}
+}
+
+// runFilesFlow loads the files of a files source, each exactly once: a
+// file's progress (the next row to read, and whether it was read to the
+// end) is in the ledger positions of the loads that read it, so a crash
+// resumes after the last committed chunk. A once-flow reads the files it
+// planned at its first start and then never again; another flow picks up
+// new files on every run (and, in run mode, every filesPollEvery).
+func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler) error {
+	log := r.log.With("flow", f.Name)
+	// One process reads a flow's files at a time.
+	leaser, ok := r.sink.(sinks.Leaser)
+	if !ok {
+		return errors.New("the destination cannot lease file flows")
+	}
+	lease := "_sluice_files_" + f.Name
+	for logged := false; ; {
+		err := r.retry(ctx, "lease "+lease, func(ctx context.Context) error { return leaser.AcquireLease(ctx, lease, r.id, leaseTTL) })
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, sinks.ErrLeaseHeld) {
+			return err
+		}
+		if !logged {
+			log.Info("another process reads this flow's files; waiting")
+			logged = true
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return nil
+		}
+	}
+	defer leaser.ReleaseLease(context.WithoutCancel(ctx), lease, r.id)
+
+	for {
+		done, err := r.filesPass(ctx, f, h, func() { _ = leaser.AcquireLease(ctx, lease, r.id, leaseTTL) })
+		if err != nil || r.opts.Mode == ModeUpdate || done {
+			return err
+		}
+		if err := sleep(ctx, filesPollEvery); err != nil {
+			return nil
+		}
+	}
+}
+
+// filesPass loads every file of the flow not yet read to its end. done is
+// true when a once-flow has nothing left to do, ever.
+func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, renew func()) (done bool, err error) {
+	log := r.log.With("flow", f.Name)
+	src := f.Source.Files
+	files, err := backfill.Plan(r.p.Dir, src.Path)
+	if err != nil {
+		return false, err
+	}
+	if f.Once {
+		fp := Fingerprint(f)
+		st, _, err := checkpoint.GetOnce(ctx, r.checkpoints, r.p.Pipeline, f.Name)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case !st.StartedAt.IsZero() && st.Fingerprint != fp:
+			return false, fmt.Errorf("once-flow %s changed since it first ran (%s): run `sluice update --refresh %s` to run it again from the start",
+				f.Name, st.StartedAt.UTC().Format(time.RFC3339), f.Name)
+		case st.Complete:
+			log.Debug("once-flow already complete", "completed_at", st.CompletedAt)
+			return true, nil
+		}
+		names := make([]string, len(files))
+		for i, fl := range files {
+			names[i] = fl.Name
+		}
+		st, err = checkpoint.BeginOnce(ctx, r.checkpoints, r.p.Pipeline, f.Name, fp, names, time.Now())
+		if err != nil {
+			return false, err
+		}
+		files = slices.DeleteFunc(files, func(fl backfill.File) bool { return !slices.Contains(st.Files, fl.Name) })
+		if len(files) < len(st.Files) {
+			return false, fmt.Errorf("once-flow %s: %d of the %d files it planned at its first start are gone", f.Name, len(st.Files)-len(files), len(st.Files))
+		}
+	}
+
+	led, err := r.sink.Ledger(ctx)
+	if err != nil {
+		return false, err
+	}
+	pos := led.FilePositions(f.Name)
+	todo := slices.DeleteFunc(slices.Clone(files), func(fl backfill.File) bool { return pos[fl.Name].Done })
+
+	format := src.Format
+	if format == "" {
+		format = backfill.FormatOf(src.Path)
+	}
+	// The columns read: the source's declared ones; else, for an append
+	// flow, the target's declared ones; else the first Parquet file's.
+	wanted := f.SourceSchema()
+	if len(wanted.Columns) == 0 && f.Kind == spec.KindAppend {
+		if t := r.p.Table(f.Target); t != nil {
+			wanted = t.Schema
+		}
+	}
+	if len(wanted.Columns) == 0 && len(files) > 0 && format == backfill.FormatParquet {
+		if wanted, err = backfill.ParquetSchema(files[0].Path); err != nil {
+			return false, err
+		}
+	}
+	if len(wanted.Columns) == 0 && len(todo) > 0 {
+		return false, fmt.Errorf("files source %s: declare its columns (or the target's)", src.Path)
+	}
+	hive, err := backfill.HiveTypes(files, wanted)
+	if err != nil {
+		return false, err
+	}
+	var hiveWanted batch.Schema
+	for _, c := range hive.Columns {
+		if wanted.Index(c.Name) >= 0 {
+			hiveWanted.Columns = append(hiveWanted.Columns, c)
+		}
+	}
+	if len(todo) > 0 {
+		log.Info("reading files", "files", len(todo), "of", len(files), "once", f.Once)
+	}
+	progress := backfill.NewProgress(todo)
+	var rows int64
+	for _, fl := range todo {
+		start := pos[fl.Name].RowGroup
+		rd, err := backfill.Open(fl, format, wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hiveWanted})
+		if err != nil {
+			return false, err
+		}
+		err = r.readFile(ctx, f, h, rd, fl.Name, start, progress, &rows)
+		rd.Close()
+		if err != nil {
+			return false, err
+		}
+		renew()
+	}
+	if len(todo) > 0 {
+		log.Info("files read", "files", len(todo), "rows", rows)
+	}
+	if f.Once {
+		if _, err := checkpoint.CompleteOnce(ctx, r.checkpoints, r.p.Pipeline, f.Name, time.Now()); err != nil {
+			return false, err
+		}
+		log.Info("once-flow complete")
+		return true, nil
+	}
+	return false, nil
+}
+
+// readFile loads a file chunk by chunk, each chunk one load whose positions
+// say how far the file was read.
+func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd backfill.Reader, name string, from int64, progress *backfill.Progress, rows *int64) error {
+	for {
+		ch, err := rd.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		p, err := h.prepareChunk(ctx, ch)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", name, err)
+		}
+		c := sinks.Commit{
+			From:        batch.Positions{{File: name, RowGroup: from}},
+			To:          batch.Positions{{File: name, RowGroup: ch.Next, Done: ch.Done}},
+			Rows:        p.rows,
+			DeadLetters: p.deadLetters,
+		}
+		_, err = r.loadPrepared(ctx, f, 0, p, c)
+		if p.done != nil {
+			p.done(err == nil)
+		}
+		if p.unlock != nil {
+			p.unlock()
+		}
+		if err != nil {
+			return fmt.Errorf("file %s: %w", name, err)
+		}
+		progress.Add(ch)
+		*rows += p.rows
+		from = ch.Next
+	}
+}

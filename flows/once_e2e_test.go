@@ -1,0 +1,262 @@
+package flows_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/consumer/devkafka"
+	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+)
+
+// The ONCE-flow cases of CDC-SEMANTICS.md section 7 (E), end to end: files
+// written as real Parquet, events through the broker, one update per step.
+
+type rawRow struct {
+	ID   int64  `parquet:"id"`
+	Name string `parquet:"name"`
+}
+
+type orderRow struct {
+	OrderID int64  `parquet:"order_id"`
+	Status  string `parquet:"status"`
+	Seq     int64  `parquet:"seq"`
+}
+
+func writeParquet[T any](t *testing.T, path string, rows []T) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := parquet.WriteFile(path, rows); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stepper runs one pipeline spec step by step against a broker.
+type stepper struct {
+	t    *testing.T
+	addr string
+	dir  string
+	p    *spec.Pipeline
+}
+
+func newStepper(t *testing.T, addr, dest, body string) *stepper {
+	dir := t.TempDir()
+	doc := fmt.Sprintf("pipeline: once\nkafka:\n  brokers: [%s]\n  session_timeout: 2s\ndestination:\n%s\n%s", addr, dest, body)
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := spec.Load(path)
+	if err != nil {
+		t.Fatalf("spec: %v\n%s", err, doc)
+	}
+	return &stepper{t: t, addr: addr, dir: dir, p: p}
+}
+
+func (s *stepper) produce(topic string, values ...string) {
+	s.t.Helper()
+	ctx := context.Background()
+	if err := consumer.CreateTopic(ctx, []string{s.addr}, topic, 1); err != nil {
+		s.t.Fatal(err)
+	}
+	var ms []consumer.Message
+	for _, v := range values {
+		ms = append(ms, consumer.Message{Value: []byte(v), Partition: 0})
+	}
+	if err := consumer.Produce(ctx, []string{s.addr}, topic, ms); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *stepper) update() {
+	s.t.Helper()
+	ctx := context.Background()
+	sink, err := flows.OpenSink(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	if err := flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeUpdate, HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second}); err != nil {
+		s.t.Fatalf("update: %v", err)
+	}
+}
+
+func (s *stepper) rows(table string, drop ...string) []string {
+	s.t.Helper()
+	ctx := context.Background()
+	sink, err := flows.OpenSink(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	b, err := sink.Scan(ctx, table)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	keep := b.Schema.Names()
+	keep = slices.DeleteFunc(keep, func(n string) bool { return slices.Contains(drop, n) })
+	proj := projectNames(b, keep)
+	return rowStrings(proj)
+}
+
+func TestOnceFlowsEndToEnd(t *testing.T) {
+	dests := destinations(t)
+	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { broker.Close() })
+	for _, dname := range slices.Sorted(mapKeys(dests)) {
+		dest := dests[dname]
+		t.Run(dname+"/E01", func(t *testing.T) {
+			t.Parallel()
+			topic := "e01_" + dname
+			s := newStepper(t, broker.Addr(), dest(t), fmt.Sprintf(`tables:
+  - name: raw
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: string}
+flows:
+  - name: inc
+    target: raw
+    kind: append
+    source: {kafka: {topic: %s, format: json}}
+  - name: bf
+    target: raw
+    kind: append
+    once: true
+    source: {files: {path: "history/*.parquet", format: parquet}}
+`, topic))
+			writeParquet(t, filepath.Join(s.dir, "history", "r1.parquet"), []rawRow{{1, "r1a"}, {2, "r1b"}})
+			writeParquet(t, filepath.Join(s.dir, "history", "r2.parquet"), []rawRow{{3, "r2a"}})
+			s.produce(topic, `{"id":10,"name":"live1"}`, `{"id":11,"name":"live2"}`)
+			s.update()
+			want := []string{"1,r1a", "2,r1b", "3,r2a", "10,live1", "11,live2"}
+			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("run 1: %q, want %q", got, want)
+			}
+			// r3 arrives after the once-flow completed: never read.
+			writeParquet(t, filepath.Join(s.dir, "history", "r3.parquet"), []rawRow{{4, "r3a"}})
+			s.produce(topic, `{"id":12,"name":"live3"}`)
+			s.update()
+			want = []string{"1,r1a", "2,r1b", "3,r2a", "10,live1", "11,live2", "12,live3"}
+			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("run 2: %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/files-each-once", func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: raw
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: string}
+      - {name: day, type: date}
+flows:
+  - name: files
+    target: raw
+    kind: append
+    source: {files: {path: "in/**/*.parquet"}}
+    batch: {rows: 2}
+`)
+			writeParquet(t, filepath.Join(s.dir, "in", "day=2026-01-01", "a.parquet"), []rawRow{{1, "a"}, {2, "b"}, {3, "c"}})
+			s.update()
+			writeParquet(t, filepath.Join(s.dir, "in", "day=2026-01-02", "b.parquet"), []rawRow{{4, "d"}})
+			s.update()
+			s.update()
+			want := []string{"1,a,2026-01-01", "2,b,2026-01-01", "3,c,2026-01-01", "4,d,2026-01-02"}
+			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/E02-E03", func(t *testing.T) {
+			t.Parallel()
+			topic := "e02_" + dname
+			s := newStepper(t, broker.Addr(), dest(t), fmt.Sprintf(`tables:
+  - name: orders
+flows:
+  - name: backfill
+    target: orders
+    kind: auto_cdc
+    once: true
+    source:
+      files:
+        path: "orders/*.parquet"
+        format: parquet
+        columns:
+          - {name: order_id, type: int64}
+          - {name: status, type: string}
+          - {name: seq, type: int64}
+    keys: [order_id]
+    sequence_by: seq
+    except_column_list: [seq]
+  - name: live
+    target: orders
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: %s
+        format: json
+        columns:
+          - {name: order_id, type: int64}
+          - {name: status, type: string, nullable: true}
+          - {name: op, type: string, nullable: true}
+          - {name: seq, type: int64}
+    keys: [order_id]
+    sequence_by: seq
+    apply_as_deletes: 'op == "D"'
+    except_column_list: [op, seq]
+`, topic))
+			writeParquet(t, filepath.Join(s.dir, "orders", "o1.parquet"), []orderRow{{1, "open", 100}, {2, "open", 100}, {5, "open", 100}})
+			s.produce(topic,
+				`{"order_id":1,"status":"shipped","op":"U","seq":150}`,
+				`{"order_id":2,"op":"D","seq":160}`,
+				`{"order_id":3,"status":"open","op":"U","seq":170}`,
+				`{"order_id":1,"status":"stale","op":"U","seq":90}`)
+			s.update()
+			want := []string{"1,shipped", "3,open", "5,open"}
+			if got := s.rows("orders"); !slices.Equal(got, want) {
+				t.Fatalf("E02: %q, want %q", got, want)
+			}
+			// E03: a file added to the once-flow's path later is never read.
+			writeParquet(t, filepath.Join(s.dir, "orders", "o2.parquet"), []orderRow{{4, "open", 200}})
+			s.update()
+			if got := s.rows("orders"); !slices.Equal(got, want) {
+				t.Fatalf("E03: %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// projectNames returns the named columns of b, in that order.
+func projectNames(b *batch.Batch, names []string) *batch.Batch {
+	out := &batch.Batch{}
+	for _, n := range names {
+		if i := b.Schema.Index(n); i >= 0 {
+			out.Schema.Columns = append(out.Schema.Columns, b.Schema.Columns[i])
+			out.Vectors = append(out.Vectors, b.Vectors[i])
+		}
+	}
+	return out
+}
