@@ -58,8 +58,10 @@ type Config struct {
 	MaxBytes int           // value+key bytes per batch; default DefaultMaxBytes
 	MaxWait  time.Duration // how long a partial batch waits for more; default DefaultMaxWait
 
-	// Start is where a partition without a ledger position (and without a
-	// committed group offset) starts: "earliest" (default) or "latest".
+	// Start is where a partition without a ledger position starts:
+	// "earliest" (default: its log start, whatever offset the group
+	// committed) or "latest" (the group's committed offset when it has one,
+	// else the newest offset).
 	Start string
 
 	// Bounded makes Consume capture every partition's last stable offset when

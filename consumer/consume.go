@@ -300,10 +300,26 @@ func (r *runner) Setup(sess sarama.ConsumerGroupSession) error {
 			}
 			return err
 		}
+		var starts map[int32]int64
 		for _, p := range parts {
 			at, ok := pos[p]
 			if !ok || at < 0 {
 				from[p] = -1
+				if r.cfg.Start == "latest" {
+					continue // the group's committed offset, else the newest
+				}
+				// The ledger is the only truth: a partition it has no
+				// position for starts at its log start, whatever the
+				// group committed (a full refresh forgets positions).
+				if starts == nil {
+					if starts, err = listOffsets(r.client, topic, parts, sarama.OffsetOldest); err != nil {
+						if r.runCtx.Err() == nil {
+							r.fail(fmt.Errorf("consumer: start offsets of %s: %w", topic, err))
+						}
+						return err
+					}
+				}
+				sess.ResetOffset(topic, p, starts[p], "")
 				continue
 			}
 			// MarkOffset only moves forward and ResetOffset only backward:

@@ -386,13 +386,24 @@ func TestLedgerBeatsGroupOffsets(t *testing.T) {
 	}
 	// A second run in the same group whose ledger stands earlier on
 	// partition 0 must seek back there; partitions without a ledger position
-	// start at the group's offsets, so nothing is read from them.
+	// start at their log start, whatever the group committed (the ledger
+	// is the only truth: after a full refresh it holds no positions).
 	l := newFakeLedger()
 	l.pos[0] = 100
 	if err := Consume(context.Background(), cfg, l); err != nil {
 		t.Fatal(err)
 	}
-	l.checkExactlyOnce(t, map[int32]int64{0: 100}, map[int32]int64{0: 500})
+	l.checkExactlyOnce(t, map[int32]int64{0: 100}, map[int32]int64{0: 500, 1: 500, 2: 500})
+
+	// With start: latest, a partition without a ledger position starts at
+	// the group's committed offset: nothing is left to read there.
+	cfg.Start = "latest"
+	l = newFakeLedger()
+	l.pos[0] = 400
+	if err := Consume(context.Background(), cfg, l); err != nil {
+		t.Fatal(err)
+	}
+	l.checkExactlyOnce(t, map[int32]int64{0: 400}, map[int32]int64{0: 500})
 }
 
 // labelled counts the batches one group member processed into a shared
