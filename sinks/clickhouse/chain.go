@@ -269,13 +269,14 @@ func placeholders(n int) string {
 
 // heads returns, for each slot, the position the flow's committed loads
 // reached (absent: none reached it).
-func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string) (map[string]batch.Position, error) {
+// Loads committed before reset (the flow's last reset) do not count.
+func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string, reset time.Time) (map[string]batch.Position, error) {
 	args := []any{pipeline, flow}
 	for _, sl := range slots {
 		args = append(args, sl)
 	}
 	args = append(args, "*")
-	rows, err := s.conn.Query(ctx, "SELECT positions FROM "+s.table(batch.LoadsTable)+
+	rows, err := s.conn.Query(ctx, "SELECT positions, committed_at, committed_us FROM "+s.table(batch.LoadsTable)+
 		" WHERE pipeline = ? AND flow = ? AND slot IN ("+placeholders(len(slots)+1)+")", args...)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
@@ -288,8 +289,13 @@ func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string)
 	out := map[string]batch.Position{}
 	for rows.Next() {
 		var text string
-		if err := rows.Scan(&text); err != nil {
+		var at time.Time
+		var us uint32
+		if err := rows.Scan(&text, &at, &us); err != nil {
 			return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
+		}
+		if withMicros(at, us).Before(reset) {
+			continue
 		}
 		ps, err := batch.DecodePositions(text)
 		if err != nil {
@@ -363,7 +369,11 @@ func (s *Sink) staleSlots(ctx context.Context, meta sinks.LoadMeta, from batch.P
 	if len(slots) == 0 {
 		return nil, nil
 	}
-	heads, err := s.heads(ctx, meta.Pipeline, meta.Flow, slots)
+	rt, err := s.resetTimes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	heads, err := s.heads(ctx, meta.Pipeline, meta.Flow, slots, rt.last(meta.Pipeline, meta.Flow))
 	if err != nil {
 		return nil, err
 	}
@@ -501,6 +511,10 @@ func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
 		args = append(args, s.opts.Pipeline)
 	}
 	q += " ORDER BY committed_at, committed_us, load_id"
+	resets, err := s.resetTimes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
@@ -522,6 +536,9 @@ func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
 			return nil, fmt.Errorf("clickhouse: ledger load %s: %w", r.LoadID, err)
 		}
 		r.CommittedAt = r.CommittedAt.UTC().Truncate(time.Second).Add(time.Duration(us) * time.Microsecond)
+		if resets.forgotten(r.Pipeline, r.Flow, r.CommittedAt) {
+			continue // committed before a reset of its flow
+		}
 		led.Loads = append(led.Loads, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -95,6 +95,10 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 		{"create " + cdcStateTable, "CREATE TABLE IF NOT EXISTS " + s.table(cdcStateTable) + ` (
 	target String, key String, value String, deleted UInt8, version UInt64, ` + quote(batch.LoadIDColumn) + ` String
 ) ENGINE = ` + s.replacing("version", "deleted") + ` PARTITION BY target ORDER BY (target, key)`},
+		{"create " + resetsTable, "CREATE TABLE IF NOT EXISTS " + s.table(resetsTable) + ` (
+	reset_id String, pipeline String, kind String, flows String, tables String,
+	at ` + ts + `, at_us UInt32
+) ENGINE = MergeTree ORDER BY (pipeline, reset_id, kind)`},
 		{"create " + leasesTable, "CREATE TABLE IF NOT EXISTS " + s.table(leasesTable) + ` (
 	target String, holder String, expires DateTime('UTC'), version UInt64
 ) ENGINE = ReplacingMergeTree(version) ORDER BY target`},

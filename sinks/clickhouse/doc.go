@@ -1,7 +1,8 @@
 // Package clickhouse is the ClickHouse destination. It creates the targets
 // and sluice's own tables (_sluice_loads, _sluice_dead_letters,
 // _sluice_heartbeats, _sluice_state for the checkpoint store, and
-// _sluice_cdc_state and _sluice_leases for CDC targets), stages each load in
+// _sluice_cdc_state and _sluice_leases for CDC targets, _sluice_resets for
+// full refreshes), stages each load in
 // staging tables, commits it by one row in _sluice_loads, publishes it with
 // ATTACH PARTITION ... FROM, and recovers what stopped processes left behind
 // (at start, and in a background cleanup while the sink is open).

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
@@ -307,7 +306,11 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 	if err := s.checkLeases(l); err != nil {
 		return fail(err)
 	}
-	if err := s.insertRow(ctx, l, c, time.Now()); err != nil && !gone(err) {
+	at, err := s.commitTime(ctx, l.meta)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.insertRow(ctx, l, c, at); err != nil && !gone(err) {
 		// The row may or may not have landed: find out later, after fencing.
 		s.setPending(l, unknownCommit)
 		return err

@@ -26,6 +26,9 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 	if err := s.maintain(ctx, true); err != nil {
 		return nil, err
 	}
+	if err := s.rollResets(ctx); err != nil {
+		return nil, err
+	}
 	return s.Ledger(ctx)
 }
 

@@ -53,11 +53,15 @@ type Sink struct {
 	grace       time.Duration // Options.Grace; see graceTime
 
 	// CDC targets (see cdc.go).
-	cdc      map[string]*cdcTable // described CDC targets by name; dropped by Ensure
-	settled  map[string]bool      // CDC targets whose committed loads this sink saw published
-	floors   map[string]uint64    // per CDC target: the highest version base known
-	lastBase uint64               // the last version base this sink gave a load
-	leases   map[string]heldLease // the leases this sink took, by target
+	cdc     map[string]*cdcTable // described CDC targets by name; dropped by Ensure
+	settled map[string]bool      // CDC targets whose committed loads this sink saw published
+	floors  map[string]uint64    // per CDC target: the highest version base known
+
+	// resetStop, when set (by tests), is asked at each step of Reset after
+	// its commit point whether to stop there as a crash would.
+	resetStop func(point string) bool
+	lastBase  uint64               // the last version base this sink gave a load
+	leases    map[string]heldLease // the leases this sink took, by target
 }
 
 var (

@@ -15,7 +15,7 @@
 //	  _sluice_dead_letters -> _sluice/tables/_sluice_dead_letters/v000000000007
 //	  _sluice/                                       hidden state; never inside a table's folder
 //	    lock                                         flock: the destination lock
-//	    ledger.jsonl                                 the ledger: one JSON line per committed load
+//	    ledger.jsonl                                 the ledger: one JSON line per committed load or reset
 //	    tables/<table>/schema.json                   declared columns, partition_by, kind and keys
 //	    tables/<table>/v<N>/                         version N: immutable, hard links to data files
 //	    tables/<table>/v<N>.json                     its manifest: files, rows, and "through"
@@ -167,6 +167,15 @@
 // holds it and its states unless state.db's does, so a crash at any step
 // ends with both. Several processes may share a destination; Recover is safe while
 // others write.
+//
+// # Reset
+//
+// Reset (reset.go) appends a ledger line with a "reset" object (tables,
+// flows) as its commit point, then publishes it like a load: an empty
+// version of each table with "through" at the reset's seq, and for a CDC
+// target its state.db emptied with "through" at that seq. Ledger and the
+// stale check forget the flows' loads before the line; _sluice_loads keeps
+// them as history.
 //
 // # Compaction
 //

@@ -32,6 +32,8 @@ type entry struct {
 	DeadLetters int64           `json:"dead_letters"`
 	Generation  int64           `json:"generation"`
 	CommittedAt time.Time       `json:"committed_at"`
+	// Reset, when set, makes the line a reset (reset.go) rather than a load.
+	Reset *resetEntry `json:"reset,omitempty"`
 }
 
 // stagedFile is a file a load staged for a table: layout.stagedFile(load,
@@ -110,6 +112,9 @@ type ledger struct {
 	// states for it: GetState makes sure the state file holds it.
 	stateLast map[string]int64
 	cut       int // torn lines cut off, for the log
+	// resets is, per flow, the seq of its last reset: its loads committed
+	// before are forgotten by records and the stale check.
+	resets map[flowKey]int64
 }
 
 func openLedger(path string) (*ledger, error) {
@@ -117,7 +122,7 @@ func openLedger(path string) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ledger{path: path, f: f, ids: map[string]int64{}, pos: map[posKey]int64{}, stateLast: map[string]int64{}}, nil
+	return &ledger{path: path, f: f, ids: map[string]int64{}, pos: map[posKey]int64{}, stateLast: map[string]int64{}, resets: map[flowKey]int64{}}, nil
 }
 
 func (l *ledger) close() error {
@@ -188,6 +193,10 @@ func (l *ledger) refresh(repair bool) error {
 func (l *ledger) add(e entry) {
 	l.entries = append(l.entries, e)
 	l.ids[e.LoadID] = e.Seq
+	if e.Reset != nil {
+		l.addReset(&e)
+		return
+	}
 	for _, c := range e.CDC {
 		if c.States > 0 {
 			l.stateLast[c.Table] = e.Seq
@@ -281,8 +290,12 @@ func (l *ledger) append(e entry, tear bool) error {
 func (l *ledger) records(pipeline string) *batch.Ledger {
 	out := &batch.Ledger{}
 	for i := range l.entries {
-		if pipeline == "" || l.entries[i].Pipeline == pipeline {
-			out.Loads = append(out.Loads, l.entries[i].record())
+		e := &l.entries[i]
+		if e.Reset != nil || l.forgotten(e) {
+			continue
+		}
+		if pipeline == "" || e.Pipeline == pipeline {
+			out.Loads = append(out.Loads, e.record())
 		}
 	}
 	return out
@@ -293,6 +306,9 @@ func (l *ledger) loadsBatch() *batch.Batch {
 	b := batch.New(batch.LoadsSchema, len(l.entries))
 	for i := range l.entries {
 		e := &l.entries[i]
+		if e.Reset != nil {
+			continue // history keeps the loads; resets are in ledger.jsonl
+		}
 		b.Vectors[0].AppendString(e.LoadID)
 		b.Vectors[1].AppendString(e.Pipeline)
 		b.Vectors[2].AppendString(e.Flow)

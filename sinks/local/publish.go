@@ -223,6 +223,11 @@ func (s *Sink) publishPending(ctx context.Context) error {
 			add(c.Table, &pending[i])
 			cdc[c.Table] = true
 		}
+		if r := pending[i].Reset; r != nil {
+			for _, t := range r.Tables {
+				add(t, &pending[i])
+			}
+		}
 	}
 	tables := make([]string, 0, len(byTable))
 	for t := range byTable {
@@ -233,11 +238,21 @@ func (s *Sink) publishPending(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		list := byTable[t]
+		if i := lastReset(list); i >= 0 {
+			// The loads before the reset are emptied with the table.
+			if err := s.resetTable(t, list[i].Seq); err != nil {
+				return fmt.Errorf("reset %s: %w", t, err)
+			}
+			if list = list[i+1:]; len(list) == 0 {
+				continue
+			}
+		}
 		var err error
 		if cdc[t] {
-			err = s.publishCDC(ctx, t, byTable[t])
+			err = s.publishCDC(ctx, t, list)
 		} else {
-			err = s.publishTable(t, byTable[t])
+			err = s.publishTable(t, list)
 		}
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", t, err)

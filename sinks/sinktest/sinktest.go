@@ -32,6 +32,8 @@ type Option func(*config)
 type config struct {
 	tsPrecision      time.Duration
 	minTime, maxTime time.Time
+	// crashReset, for RunReset: see CrashReset.
+	crashReset func(t *testing.T, s sinks.Sink, tables, flows []string)
 }
 
 // TimestampPrecision says that the destination keeps timestamps to d (for

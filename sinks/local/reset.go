@@ -1,0 +1,176 @@
+package local
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// resetEntry is what a reset line of the ledger records: the tables it
+// empties and the flows whose earlier loads it makes the ledger forget.
+type resetEntry struct {
+	Tables []string `json:"tables"`
+	Flows  []string `json:"flows"`
+}
+
+// flowKey names a flow of a pipeline; an empty pipeline is a reset of the
+// flow in every pipeline (a Sink without Options.Pipeline).
+type flowKey struct{ pipeline, flow string }
+
+// addReset records a reset line: its flows lose their positions, and its
+// CDC targets' states must be cleared before GetState answers. l.mu held.
+func (l *ledger) addReset(e *entry) {
+	for _, f := range e.Reset.Flows {
+		l.resets[flowKey{e.Pipeline, f}] = e.Seq
+		for k := range l.pos {
+			if k.flow == f && (e.Pipeline == "" || k.pipeline == e.Pipeline) {
+				delete(l.pos, k)
+			}
+		}
+	}
+	for _, t := range e.Reset.Tables {
+		l.stateLast[t] = e.Seq
+	}
+}
+
+// forgotten reports whether a load was committed before a later reset of
+// its flow. l.mu held.
+func (l *ledger) forgotten(e *entry) bool {
+	return l.resets[flowKey{e.Pipeline, e.Flow}] > e.Seq || l.resets[flowKey{"", e.Flow}] > e.Seq
+}
+
+var _ sinks.Resetter = (*Sink)(nil)
+
+// Reset empties tables and makes the ledger forget the loads of flows
+// committed before it (of Options.Pipeline; of every pipeline when it is
+// empty). Under the destination lock it appends a reset line to the ledger
+// (the commit point), then publishes it like a load: each table gets a new,
+// empty version whose "through" is the reset's seq, and a CDC target's
+// state.db loses its key states and table state (its "through" set to the
+// reset's seq). A crash after the commit point is rolled forward by the next
+// commit, Recover or GetState. Loads of the flows committed after the reset
+// count as usual. _sluice_loads keeps every load (its history); Ledger and
+// Recover no longer return the forgotten ones. _sluice_dead_letters is
+// emptied only when it is among tables. Tables keep their schema and a CDC
+// target its kind and keys; a table without a folder is skipped.
+func (s *Sink) Reset(ctx context.Context, tables, flows []string) error {
+	for _, t := range tables {
+		if t == batch.LoadsTable || !tableName.MatchString(t) {
+			return fmt.Errorf("local: reset: %q is not a table that can be emptied", t)
+		}
+	}
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return fmt.Errorf("local: reset: %w", err)
+	}
+	defer unlock()
+	s.led.mu.Lock()
+	err = s.led.refresh(true)
+	if err == nil {
+		e := entry{
+			Seq:         s.led.lastSeq() + 1,
+			LoadID:      "reset-" + randomSuffix(),
+			Pipeline:    s.opts.Pipeline,
+			Targets:     slices.Clone(tables),
+			Reset:       &resetEntry{Tables: slices.Clone(tables), Flows: slices.Clone(flows)},
+			CommittedAt: time.Now().UTC(),
+		}
+		err = s.led.append(e, false)
+	}
+	s.led.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("local: reset: %w", err)
+	}
+	if err := s.crashAt("reset-committed"); err != nil {
+		return err
+	}
+	if err := s.publishPending(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("local: reset is committed; emptying the tables failed (the next commit or Recover completes it): %w", err)
+	}
+	s.log.Info("reset", "tables", tables, "flows", flows)
+	return nil
+}
+
+// lastReset returns the index of the last reset among a table's pending
+// entries, or -1.
+func lastReset(list []*entry) int {
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].Reset != nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// resetTable publishes a reset of a table: an empty version with "through"
+// seq unless the table is already past it, then for a CDC target its state
+// cleared unless state.db is past it. Runs under the lock.
+func (s *Sink) resetTable(table string, seq int64) error {
+	def, err := s.readTable(table)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no such table: nothing to empty
+	}
+	if err != nil {
+		return err
+	}
+	cur, err := s.current(table)
+	if errors.Is(err, errNoTable) {
+		return nil // Ensure died before its first swap: empty
+	}
+	if err != nil {
+		return err
+	}
+	if cur.Through < seq {
+		m := manifest{Version: cur.Version + 1, Through: seq, Created: time.Now().UTC()}
+		if def.cdc() {
+			m.Buckets = 1
+		}
+		if err := s.installVersion(table, m, nil, "reset"); err != nil {
+			return err
+		}
+	}
+	if !def.cdc() {
+		return nil
+	}
+	db, err := s.openState(table, false)
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if readThrough(tx) >= seq {
+			return nil
+		}
+		if err := tx.DeleteBucket(stateKeys); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+			return err
+		}
+		if _, err := tx.CreateBucket(stateKeys); err != nil {
+			return err
+		}
+		meta, err := tx.CreateBucketIfNotExists(stateMeta)
+		if err != nil {
+			return err
+		}
+		if err := meta.Delete(stateTable); err != nil {
+			return err
+		}
+		var through [8]byte
+		binary.BigEndian.PutUint64(through[:], uint64(seq))
+		return meta.Put(stateThrough, through[:])
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	return nil
+}
