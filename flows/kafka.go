@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/backfill"
+	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/decode"
@@ -105,6 +106,13 @@ func (kf *kafkaFlow) Positions(ctx context.Context, topic string, partitions []i
 
 // Process loads one batch and returns once its ledger row is written.
 func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) error {
+	if rb.From < 0 && len(rb.Records) > 0 {
+		// The flow's first read of this partition: a later full refresh
+		// checks that retention still holds this offset.
+		if _, err := checkpoint.RecordFirstOffset(ctx, kf.r.checkpoints, kf.r.p.Pipeline, kf.flow.Name, rb.Topic, rb.Partition, rb.Records[0].Offset); err != nil {
+			return err
+		}
+	}
 	p, err := kf.handler.prepare(ctx, rb)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package flows_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/sluicehq/sluice/consumer"
@@ -81,13 +83,19 @@ func (s *stepper) produce(topic string, values ...string) {
 
 func (s *stepper) update() {
 	s.t.Helper()
+	s.updateWith(flows.Options{})
+}
+
+func (s *stepper) updateWith(opts flows.Options) {
+	s.t.Helper()
 	ctx := context.Background()
 	sink, err := flows.OpenSink(ctx, s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer sink.Close()
-	if err := flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeUpdate, HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second}); err != nil {
+	opts.Mode, opts.HeartbeatEvery, opts.HeartbeatTTL = flows.ModeUpdate, 200*time.Millisecond, time.Second
+	if err := flows.Execute(ctx, s.p, sink, opts); err != nil {
 		s.t.Fatalf("update: %v", err)
 	}
 }
@@ -153,6 +161,17 @@ flows:
 			want = []string{"1,r1a", "2,r1b", "3,r2a", "10,live1", "11,live2", "12,live3"}
 			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
 				t.Fatalf("run 2: %q, want %q", got, want)
+			}
+			// A full refresh replays everything once: the once-flow runs
+			// again over the files that exist now, the topic from its start.
+			s.updateWith(flows.Options{FullRefresh: true})
+			want = []string{"1,r1a", "2,r1b", "3,r2a", "4,r3a", "10,live1", "11,live2", "12,live3"}
+			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("full refresh: %q, want %q", got, want)
+			}
+			s.update()
+			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("update after the refresh: %q, want %q", got, want)
 			}
 		})
 		t.Run(dname+"/files-each-once", func(t *testing.T) {
@@ -235,6 +254,13 @@ flows:
 			if got := s.rows("orders"); !slices.Equal(got, want) {
 				t.Fatalf("E03: %q, want %q", got, want)
 			}
+			// Refreshing the once-flow empties its target and replays both
+			// flows writing it: the once-flow now reads both files.
+			s.updateWith(flows.Options{Refresh: []string{"backfill"}})
+			want = []string{"1,shipped", "3,open", "4,open", "5,open"}
+			if got := s.rows("orders"); !slices.Equal(got, want) {
+				t.Fatalf("refresh: %q, want %q", got, want)
+			}
 		})
 	}
 }
@@ -259,4 +285,60 @@ func projectNames(b *batch.Batch, names []string) *batch.Batch {
 		}
 	}
 	return out
+}
+
+func TestFullRefreshRetentionGuard(t *testing.T) {
+	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { broker.Close() })
+	s := newStepper(t, broker.Addr(), "  local: {path: ./data}", `tables:
+  - name: raw
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: string}
+flows:
+  - name: inc
+    target: raw
+    kind: append
+    source: {kafka: {topic: guarded, format: json}}
+`)
+	s.produce("guarded", `{"id":1,"name":"a"}`, `{"id":2,"name":"b"}`, `{"id":3,"name":"c"}`)
+	s.update()
+
+	// Retention drops the first two records the flow read.
+	admin, err := sarama.NewClusterAdmin([]string{broker.Addr()}, kafkaConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords("guarded", map[int32]int64{0: 2}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	sink, err := flows.OpenSink(ctx, s.p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeUpdate, FullRefresh: true, HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
+	sink.Close()
+	if !errors.Is(err, flows.ErrDataLoss) {
+		t.Fatalf("refresh over a truncated topic: %v, want ErrDataLoss", err)
+	}
+	want := []string{"1,a", "2,b", "3,c"}
+	if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+		t.Fatalf("after the refused refresh: %q, want %q (untouched)", got, want)
+	}
+	s.updateWith(flows.Options{FullRefresh: true, AllowDataLoss: true})
+	if got, want := s.rows("raw", "_sluice_load_id"), []string{"3,c"}; !slices.Equal(got, want) {
+		t.Fatalf("after --allow-data-loss: %q, want %q", got, want)
+	}
+}
+
+func kafkaConfig() *sarama.Config {
+	c := sarama.NewConfig()
+	c.Version = sarama.V2_8_0_0
+	return c
 }

@@ -60,6 +60,14 @@ type Options struct {
 	HeartbeatEvery time.Duration
 	HeartbeatTTL   time.Duration
 
+	// FullRefresh empties every target and replays every flow from the
+	// start; Refresh does so for the targets of the named flows (and every
+	// flow writing them). Update mode only. AllowDataLoss lets a refresh go
+	// ahead when a Kafka source no longer holds a flow's first offset.
+	FullRefresh   bool
+	Refresh       []string
+	AllowDataLoss bool
+
 	// Consumer, when set, adjusts each flow's consumer configuration after
 	// sluice derived it from the spec (tests shorten timeouts with it).
 	Consumer func(*consumer.Config)
@@ -82,7 +90,7 @@ type runner struct {
 	opts        Options
 	log         *slog.Logger
 	id          string
-	checkpoints checkpoint.Store // opened when a flow reads files
+	checkpoints checkpoint.Store
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -103,6 +111,9 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 }
 
 func (r *runner) execute(ctx context.Context) error {
+	if _, _, err := refreshSet(r.p, false, r.opts.Refresh); err != nil {
+		return err
+	}
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
 		supported := (f.Source.Kafka != nil || f.Source.Files != nil) && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC)
@@ -131,12 +142,16 @@ func (r *runner) execute(ctx context.Context) error {
 		return err
 	}
 	defer stopLeases()
-	for i := range r.p.Flows {
-		if r.p.Flows[i].Source.Files != nil && r.checkpoints == nil {
-			if r.checkpoints, err = OpenCheckpoints(ctx, r.p, r.sink); err != nil {
-				return fmt.Errorf("checkpoint store: %w", err)
-			}
-			defer r.checkpoints.Close()
+	if r.checkpoints, err = OpenCheckpoints(ctx, r.p, r.sink); err != nil {
+		return fmt.Errorf("checkpoint store: %w", err)
+	}
+	defer r.checkpoints.Close()
+	if r.opts.FullRefresh || len(r.opts.Refresh) > 0 {
+		if r.opts.Mode != ModeUpdate {
+			return errors.New("a refresh runs with update, not run")
+		}
+		if err := r.refresh(ctx); err != nil {
+			return err
 		}
 	}
 

@@ -11,16 +11,29 @@ import (
 )
 
 func newUpdate(g *globals) *cobra.Command {
-	var retryFor time.Duration
+	var (
+		retryFor      time.Duration
+		fullRefresh   bool
+		refresh       []string
+		allowDataLoss bool
+	)
 	cmd := &cobra.Command{
 		Use:   "update",
 		Short: "Process everything available when it starts, commit, exit 0",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.execute(cmd.Context(), flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor})
+			err := g.execute(cmd.Context(), flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
+				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss})
+			if errors.Is(err, flows.ErrUnknownFlow) {
+				return &exitError{code: exitUsage, err: err}
+			}
+			return err
 		},
 	}
 	cmd.Flags().DurationVar(&retryFor, "retry-for", flows.DefaultRetryFor, "give up on a destination still failing after this long")
+	cmd.Flags().BoolVar(&fullRefresh, "full-refresh", false, "empty every target and replay every flow from the start")
+	cmd.Flags().StringSliceVar(&refresh, "refresh", nil, "empty the targets of these flows (FLOW[,FLOW]) and replay every flow writing them from the start")
+	cmd.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false, "refresh even when a Kafka source no longer holds a flow's first offset")
 	return cmd
 }
 

@@ -1,0 +1,111 @@
+package flows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/checkpoint"
+	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// Errors of a refresh.
+var (
+	// ErrUnknownFlow is a --refresh naming a flow the spec lacks (a usage error).
+	ErrUnknownFlow = errors.New("unknown flow")
+	// ErrDataLoss refuses a refresh that would lose data: a Kafka source no
+	// longer holds the first offset a flow consumed.
+	ErrDataLoss = errors.New("a full refresh would lose data")
+)
+
+// refreshSet returns the tables a refresh empties and every flow that
+// writes them (all of which replay from the start).
+func refreshSet(p *spec.Pipeline, full bool, names []string) (tables, flows []string, err error) {
+	if full {
+		for i := range p.Flows {
+			names = append(names, p.Flows[i].Name)
+		}
+	}
+	for _, n := range names {
+		f := p.Flow(n)
+		if f == nil {
+			return nil, nil, fmt.Errorf("--refresh %s: %w", n, ErrUnknownFlow)
+		}
+		if !slices.Contains(tables, f.Target) {
+			tables = append(tables, f.Target)
+		}
+	}
+	for i := range p.Flows {
+		if f := &p.Flows[i]; slices.Contains(tables, f.Target) {
+			flows = append(flows, f.Name)
+		}
+	}
+	return tables, flows, nil
+}
+
+// refresh empties the targets of the refreshed flows, forgets their
+// positions in the ledger and their checkpoints (once-flow completion,
+// snapshot versions, cursors), so that every flow writing them replays its
+// source from the start. It refuses, unless AllowDataLoss, when a Kafka
+// source no longer holds the first offset one of those flows ever consumed.
+func (r *runner) refresh(ctx context.Context) error {
+	tables, flowNames, err := refreshSet(r.p, r.opts.FullRefresh, r.opts.Refresh)
+	if err != nil || len(tables) == 0 {
+		return err
+	}
+	var lost []string
+	for _, name := range flowNames {
+		f := r.p.Flow(name)
+		if f.Source.Kafka == nil {
+			continue
+		}
+		firsts, err := checkpoint.FirstOffsets(ctx, r.checkpoints, r.p.Pipeline, name)
+		if err != nil {
+			return err
+		}
+		if len(firsts) == 0 {
+			continue
+		}
+		cfg, err := consumerBase(r.p, f)
+		if err != nil {
+			return err
+		}
+		starts, err := consumer.StartOffsets(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("flow %s: %w", name, err)
+		}
+		for _, fo := range firsts {
+			if fo.Topic == cfg.Topic && starts[fo.Partition] > fo.Offset {
+				lost = append(lost, fmt.Sprintf("flow %s: %s/%d starts at offset %d, the flow first read offset %d",
+					name, fo.Topic, fo.Partition, starts[fo.Partition], fo.Offset))
+			}
+		}
+	}
+	if len(lost) > 0 {
+		if !r.opts.AllowDataLoss {
+			return fmt.Errorf("%w: retention dropped records the refresh would replay (%s); rerun with --allow-data-loss to refresh anyway",
+				ErrDataLoss, strings.Join(lost, "; "))
+		}
+		r.log.Warn("refreshing although retention dropped records", "lost", strings.Join(lost, "; "))
+	}
+	resetter, ok := r.sink.(sinks.Resetter)
+	if !ok {
+		return errors.New("the destination cannot empty tables for a refresh")
+	}
+	r.log.Info("refresh: emptying tables", "tables", tables, "flows", flowNames)
+	if err := r.retry(ctx, "refresh", func(ctx context.Context) error { return resetter.Reset(ctx, tables, flowNames) }); err != nil {
+		return err
+	}
+	for _, name := range flowNames {
+		for _, kind := range []string{checkpoint.KindOnce, checkpoint.KindSnapshot, checkpoint.KindCursor} {
+			if err := r.checkpoints.Delete(ctx, checkpoint.Key{Pipeline: r.p.Pipeline, Kind: kind, Flow: name}); err != nil {
+				return fmt.Errorf("refresh: checkpoints of %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
