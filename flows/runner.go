@@ -116,12 +116,16 @@ func (r *runner) execute(ctx context.Context) error {
 	}
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
-		supported := (f.Source.Kafka != nil || f.Source.Files != nil) && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC)
+		supported := (f.Source.Kafka != nil || f.Source.Files != nil) && (f.Kind == spec.KindAppend || f.Kind == spec.KindAutoCDC) ||
+			f.Kind == spec.KindAutoCDCFromSnapshot
 		if !supported {
 			return fmt.Errorf("flow %s: %s flows from %s sources are not supported by this version of sluice", f.Name, f.Kind, sourceKind(f))
 		}
 	}
 
+	if err := r.resolveSnapshotSchemas(); err != nil {
+		return err
+	}
 	if err := r.sink.Ensure(ctx, Tables(r.p)); err != nil {
 		return err
 	}
@@ -159,6 +163,9 @@ func (r *runner) execute(ctx context.Context) error {
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
 		var err error
+		if f.Kind == spec.KindAutoCDCFromSnapshot {
+			continue // built per snapshot version
+		}
 		if t := targets[f.Target]; t != nil {
 			handlers[i], err = r.newCDCHandler(f, t)
 		} else {
@@ -182,7 +189,10 @@ func (r *runner) execute(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			run := r.runKafkaFlow
-			if f.Source.Files != nil {
+			switch {
+			case f.Kind == spec.KindAutoCDCFromSnapshot:
+				run = func(ctx context.Context, f *spec.Flow, _ batchHandler) error { return r.runSnapshotFlow(ctx, f, targets[f.Target]) }
+			case f.Source.Files != nil:
 				run = r.runFilesFlow
 			}
 			if err := run(flowCtx, f, h); err != nil {

@@ -1,0 +1,199 @@
+package flows_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/consumer/devkafka"
+	"github.com/sluicehq/sluice/flows"
+)
+
+// The snapshot cases of CDC-SEMANTICS.md section 7 (C and D), end to end:
+// snapshots written as real Parquet, CDC events through the broker, one
+// update per step.
+
+type scoreRow struct {
+	ID    int64  `parquet:"id"`
+	Name  string `parquet:"name"`
+	Score int64  `parquet:"score"`
+}
+
+// snapshotAt writes snapshot version v (ready unless notReady).
+func snapshotAt[T any](t *testing.T, dir, v string, rows []T) {
+	t.Helper()
+	writeParquet(t, filepath.Join(dir, "snaps", v, "part-0.parquet"), rows)
+	if err := os.WriteFile(filepath.Join(dir, "snaps", v, "_SUCCESS"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func snapshotFlow(scd int, extraCols, extra string) string {
+	return fmt.Sprintf(`tables:
+  - name: t
+flows:
+  - name: s
+    target: t
+    kind: auto_cdc_from_snapshot
+    source:
+      snapshots:
+        path: "snaps/{version}/*.parquet"
+        format: parquet
+        columns:
+          - {name: id, type: int64}
+          - {name: name, type: string}%s
+    keys: [id]
+    stored_as_scd_type: %d
+%s`, extraCols, scd, extra)
+}
+
+const cdcOnT = `
+  - name: c
+    target: t
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: %s
+        format: json
+        columns:
+          - {name: id, type: int64}
+          - {name: name, type: string, nullable: true}
+          - {name: op, type: string, nullable: true}
+          - {name: seq, type: int64}
+    keys: [id]
+    sequence_by: seq
+    apply_as_deletes: 'op == "D"'
+    except_column_list: [op, seq]
+`
+
+func TestSnapshotsEndToEnd(t *testing.T) {
+	dests := destinations(t)
+	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { broker.Close() })
+	for _, dname := range slices.Sorted(mapKeys(dests)) {
+		dest := dests[dname]
+		t.Run(dname+"/C02", func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", ""))
+			snapshotAt(t, s.dir, "0", []rawRow{{1, "Oaxaca"}, {2, "Monterrey"}, {3, "Tijuana"}})
+			snapshotAt(t, s.dir, "1", []rawRow{{2, "Carmel"}, {3, "Los Angeles"}, {4, "Death Valley"}, {6, "Kings Canyon"}})
+			s.update()
+			want := []string{"2,Carmel", "3,Los Angeles", "4,Death Valley", "6,Kings Canyon"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/C04", func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(2, "", ""))
+			snapshotAt(t, s.dir, "1", []rawRow{{1, "a"}, {2, "b"}})
+			s.update()
+			snapshotAt(t, s.dir, "2", []rawRow{{1, "a"}, {2, "c"}})
+			s.update()
+			want := []string{"1,a,1,∞", "2,b,1,2", "2,c,2,∞"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/C07-C08", func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", ""))
+			snapshotAt(t, s.dir, "4", []rawRow{{1, "a"}})
+			s.update()
+			// A snapshot with a key twice: an error, nothing of it applied.
+			snapshotAt(t, s.dir, "5", []rawRow{{1, "x"}, {1, "y"}, {2, "z"}})
+			err := s.tryUpdate()
+			if !errors.Is(err, flows.ErrDuplicateKey) {
+				t.Fatalf("C07: update: %v, want ErrDuplicateKey", err)
+			}
+			if got, want := s.rows("t"), []string{"1,a"}; !slices.Equal(got, want) {
+				t.Fatalf("C07: %q, want %q", got, want)
+			}
+			if err := os.RemoveAll(filepath.Join(s.dir, "snaps", "5")); err != nil {
+				t.Fatal(err)
+			}
+			// C08: a version older than the last applied one is skipped.
+			snapshotAt(t, s.dir, "3", []rawRow{{9, "old"}})
+			s.update()
+			if got, want := s.rows("t"), []string{"1,a"}; !slices.Equal(got, want) {
+				t.Fatalf("C08: %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/C12", func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(2, "\n          - {name: score, type: int64}", "    track_history_column_list: [name]\n"))
+			snapshotAt(t, s.dir, "1", []scoreRow{{1, "alice", 100}})
+			s.update()
+			snapshotAt(t, s.dir, "2", []scoreRow{{1, "alice", 200}})
+			s.update()
+			snapshotAt(t, s.dir, "3", []scoreRow{{1, "bob", 200}})
+			s.update()
+			want := []string{"1,alice,200,1,3", "1,bob,200,3,∞"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/D01", func(t *testing.T) {
+			t.Parallel()
+			topic := "d01_" + dname
+			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", "    once: true\n")+fmt.Sprintf(cdcOnT, topic))
+			snapshotAt(t, s.dir, "100", []rawRow{{1, "a"}, {2, "b"}, {3, "c"}})
+			s.produce(topic)
+			s.update()
+			s.produce(topic, `{"id":1,"name":"a2","op":"U","seq":150}`, `{"id":2,"op":"D","seq":160}`, `{"id":4,"name":"d","op":"U","seq":170}`)
+			s.update()
+			want := []string{"1,a2", "3,c", "4,d"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+			// D10: a full refresh with both sources retained gives the same.
+			s.updateWith(flows.Options{FullRefresh: true})
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("D10: got %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/D02", func(t *testing.T) {
+			t.Parallel()
+			topic := "d02_" + dname
+			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", "")+fmt.Sprintf(cdcOnT, topic))
+			snapshotAt(t, s.dir, "100", []rawRow{{1, "a"}})
+			s.produce(topic)
+			s.update()
+			s.produce(topic, `{"id":1,"name":"old","op":"U","seq":50}`)
+			s.update()
+			if got, want := s.rows("t"), []string{"1,a"}; !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+		t.Run(dname+"/D05", func(t *testing.T) {
+			t.Parallel()
+			topic := "d05_" + dname
+			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", "")+fmt.Sprintf(cdcOnT, topic))
+			s.produce(topic, `{"id":1,"name":"new","op":"U","seq":150}`)
+			snapshotAt(t, s.dir, "100", []rawRow{{1, "old"}})
+			s.update()
+			if got, want := s.rows("t"), []string{"1,new"}; !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// tryUpdate runs one update and returns its error.
+func (s *stepper) tryUpdate() error {
+	ctx := context.Background()
+	sink, err := flows.OpenSink(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	return flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeUpdate, HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
+}
