@@ -191,7 +191,9 @@ func (r *runner) execute(ctx context.Context) error {
 			run := r.runKafkaFlow
 			switch {
 			case f.Kind == spec.KindAutoCDCFromSnapshot:
-				run = func(ctx context.Context, f *spec.Flow, _ batchHandler) error { return r.runSnapshotFlow(ctx, f, targets[f.Target]) }
+				run = func(ctx context.Context, f *spec.Flow, _ batchHandler) error {
+					return r.runSnapshotFlow(ctx, f, targets[f.Target])
+				}
 			case f.Source.Files != nil:
 				run = r.runFilesFlow
 			}
