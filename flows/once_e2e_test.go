@@ -154,6 +154,9 @@ flows:
 			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
 				t.Fatalf("run 1: %q, want %q", got, want)
 			}
+			if st := s.status("bf"); st.Once != "complete" || st.FilesDone != 2 || st.Rows != 3 {
+				t.Fatalf("status of bf: %+v, want complete with 2 files and 3 rows", st)
+			}
 			// r3 arrives after the once-flow completed: never read.
 			writeParquet(t, filepath.Join(s.dir, "history", "r3.parquet"), []rawRow{{4, "r3a"}})
 			s.produce(topic, `{"id":12,"name":"live3"}`)
@@ -341,4 +344,26 @@ func kafkaConfig() *sarama.Config {
 	c := sarama.NewConfig()
 	c.Version = sarama.V2_8_0_0
 	return c
+}
+
+// status returns one flow's line of `sluice status`.
+func (s *stepper) status(flow string) flows.FlowReport {
+	s.t.Helper()
+	ctx := context.Background()
+	sink, err := flows.OpenSink(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	rep, err := flows.Status(ctx, s.p, sink, false)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, f := range rep.Flows {
+		if f.Name == flow {
+			return f
+		}
+	}
+	s.t.Fatalf("status has no flow %s", flow)
+	return flows.FlowReport{}
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
@@ -31,6 +32,12 @@ type FlowReport struct {
 	LastLoadAt  *time.Time          `json:"last_load_at,omitempty"`
 	Partitions  []PartitionProgress `json:"partitions,omitempty"`
 	LagError    string              `json:"lag_error,omitempty"`
+	// Files: how many files of a files source were read to their end.
+	FilesDone int `json:"files_done,omitempty"`
+	// Once: a once-flow's state: "pending", "running" or "complete".
+	Once string `json:"once,omitempty"`
+	// Snapshots: the snapshot versions a snapshot flow applied.
+	Snapshots []string `json:"snapshots,omitempty"`
 }
 
 // PartitionProgress is a Kafka partition's ledger position and lag.
@@ -54,6 +61,12 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 		return nil, err
 	}
 	rep := &Report{Pipeline: p.Pipeline, Processes: hbs, LoadsTotal: len(led.Loads)}
+	store, err := OpenCheckpoints(ctx, p, sink)
+	if err != nil {
+		store = nil // status still reports what the ledger says
+	} else {
+		defer store.Close()
+	}
 	for i := range p.Flows {
 		f := &p.Flows[i]
 		fr := FlowReport{Name: f.Name, Kind: f.Kind, Target: f.Target, Source: sourceKind(f)}
@@ -66,6 +79,40 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 			fr.DeadLetters += ld.DeadLetters
 			at := ld.CommittedAt
 			fr.LastLoadAt = &at
+		}
+		if f.Source.Files != nil {
+			fr.Source = "files:" + f.Source.Files.Path
+			for _, fp := range led.FilePositions(f.Name) {
+				if fp.Done {
+					fr.FilesDone++
+				}
+			}
+		}
+		if f.Source.Snapshots != nil {
+			fr.Source = "snapshots:" + f.Source.Snapshots.Path
+		}
+		if store != nil {
+			if f.Once {
+				st, _, err := checkpoint.GetOnce(ctx, store, p.Pipeline, f.Name)
+				if err != nil {
+					return nil, err
+				}
+				switch {
+				case st.Complete:
+					fr.Once = "complete"
+				case !st.StartedAt.IsZero():
+					fr.Once = "running"
+				default:
+					fr.Once = "pending"
+				}
+			}
+			if f.Kind == spec.KindAutoCDCFromSnapshot {
+				st, _, err := checkpoint.GetSnapshot(ctx, store, p.Pipeline, f.Name)
+				if err != nil {
+					return nil, err
+				}
+				fr.Snapshots = st.Applied
+			}
 		}
 		if f.Source.Kafka != nil {
 			fr.Source = "kafka:" + f.Source.Kafka.Topic

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -56,13 +57,23 @@ func (g *globals) status(ctx context.Context, asJSON bool) error {
 		fmt.Fprintf(g.stdout, "  %s process pid %d on %s, heartbeat %s ago\n", hb.Kind, hb.PID, hb.Host, time.Since(hb.BeatAt).Round(time.Second))
 	}
 	tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nFLOW\tKIND\tTARGET\tSOURCE\tLOADS\tROWS\tDEAD LETTERS\tLAST LOAD")
+	fmt.Fprintln(tw, "\nFLOW\tKIND\tTARGET\tSOURCE\tLOADS\tROWS\tDEAD LETTERS\tLAST LOAD\tSTATE")
 	for _, f := range rep.Flows {
 		last := "-"
 		if f.LastLoadAt != nil {
 			last = f.LastLoadAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", f.Name, f.Kind, f.Target, f.Source, f.Loads, f.Rows, f.DeadLetters, last)
+		state := "-"
+		switch {
+		case f.Once != "":
+			state = "once: " + f.Once
+		case len(f.Snapshots) > 0:
+			state = "snapshots: " + strings.Join(f.Snapshots, ",")
+		}
+		if f.FilesDone > 0 {
+			state += fmt.Sprintf(" (%d files read)", f.FilesDone)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", f.Name, f.Kind, f.Target, f.Source, f.Loads, f.Rows, f.DeadLetters, last, state)
 	}
 	tw.Flush()
 	for _, f := range rep.Flows {
