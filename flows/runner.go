@@ -121,6 +121,14 @@ func (r *runner) execute(ctx context.Context) error {
 		if !supported {
 			return fmt.Errorf("flow %s: %s flows from %s sources are not supported by this version of sluice", f.Name, f.Kind, sourceKind(f))
 		}
+		switch {
+		case f.Incremental != nil:
+			return fmt.Errorf("flow %s: incremental file flows are not supported by this version of sluice", f.Name)
+		case f.Write == spec.WriteReplacePartitions:
+			return fmt.Errorf("flow %s: write: replace_partitions is not supported by this version of sluice", f.Name)
+		case f.ReplayValidTo != "":
+			return fmt.Errorf("flow %s: replay_valid_to is not supported by this version of sluice", f.Name)
+		}
 	}
 
 	if err := r.resolveSnapshotSchemas(); err != nil {
