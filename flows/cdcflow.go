@@ -20,8 +20,11 @@ import (
 // states read back from the destination.
 const DefaultStateCacheBytes = 256 << 20
 
-// leaseTTL is how long a CDC target's lease outlives its last renewal.
-const leaseTTL = 30 * time.Second
+// leaseTTL is how long a lease (of a CDC target, or of a files flow)
+// outlives its last renewal: three heartbeat TTLs (30 s by default), renewed
+// every third of it, so that a killed writer holds the table up about as
+// long as its heartbeat.
+func (r *runner) leaseTTL() time.Duration { return max(3*r.opts.HeartbeatTTL, 2*time.Second) }
 
 // cdcTarget is a CDC target shared by the flows that write it: their batches
 // apply one at a time, over one cache of committed key states.
@@ -96,7 +99,7 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 	}
 	acquire := func(ctx context.Context, name string) error {
 		return r.retry(ctx, "lease "+name, func(ctx context.Context) error {
-			return leaser.AcquireLease(ctx, name, r.id, leaseTTL)
+			return leaser.AcquireLease(ctx, name, r.id, r.leaseTTL())
 		})
 	}
 	for name := range targets {
@@ -123,7 +126,7 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(leaseTTL / 3)
+		t := time.NewTicker(r.leaseTTL() / 3)
 		defer t.Stop()
 		for {
 			select {

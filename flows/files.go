@@ -87,7 +87,7 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 	}
 	lease := "_sluice_files_" + f.Name
 	for logged := false; ; {
-		err := r.retry(ctx, "lease "+lease, func(ctx context.Context) error { return leaser.AcquireLease(ctx, lease, r.id, leaseTTL) })
+		err := r.retry(ctx, "lease "+lease, func(ctx context.Context) error { return leaser.AcquireLease(ctx, lease, r.id, r.leaseTTL()) })
 		if err == nil {
 			break
 		}
@@ -105,7 +105,7 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 	defer leaser.ReleaseLease(context.WithoutCancel(ctx), lease, r.id)
 
 	for {
-		done, err := r.filesPass(ctx, f, h, func() { _ = leaser.AcquireLease(ctx, lease, r.id, leaseTTL) })
+		done, err := r.filesPass(ctx, f, h, func() { _ = leaser.AcquireLease(ctx, lease, r.id, r.leaseTTL()) })
 		if err != nil || r.opts.Mode == ModeUpdate || done {
 			return err
 		}
