@@ -200,12 +200,11 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 		if err != nil {
 			return false, err
 		}
-		err = r.readFile(ctx, f, h, rd, fl.Name, start, progress, &rows)
+		err = r.readFile(ctx, f, h, rd, fl.Name, start, progress, &rows, renew)
 		rd.Close()
 		if err != nil {
 			return false, err
 		}
-		renew()
 	}
 	if len(todo) > 0 {
 		log.Info("files read", "files", len(todo), "rows", rows)
@@ -222,7 +221,7 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 
 // readFile loads a file chunk by chunk, each chunk one load whose positions
 // say how far the file was read.
-func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd backfill.Reader, name string, from int64, progress *backfill.Progress, rows *int64) error {
+func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd backfill.Reader, name string, from int64, progress *backfill.Progress, rows *int64, renew func()) error {
 	for {
 		ch, err := rd.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -254,5 +253,6 @@ func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd 
 		progress.Add(ch)
 		*rows += p.rows
 		from = ch.Next
+		renew()
 	}
 }
