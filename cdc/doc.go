@@ -68,8 +68,9 @@
 // folded into the next member). Forgetting never changes a row; an event
 // arriving later than the retention is then placed as if the forgotten
 // events never existed (S6: an older upsert re-creates a deleted row; a
-// late SCD type 2 split ends at the next remembered member). Older
-// truncates are forgotten the same way; the newest never is. Expire
+// late SCD type 2 split ends at the next remembered member). Truncates
+// are never forgotten (a truncate is a delete of every key, and key states
+// are cleaned only when their key is touched). Expire
 // forgets for keys that get no events.
 //
 // Exactness has one more limit, to keep SCD type 1 state bounded with

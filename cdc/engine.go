@@ -559,8 +559,10 @@ func rowJSON(b *batch.Batch, i int) []byte {
 }
 
 // mergeBarriers adds a batch's truncates to the table's: one per sequence
-// (the least position, the earliest creation), the newest kept forever,
-// older ones forgotten after the retention.
+// (the least position, the earliest creation), all kept. A truncate is a
+// delete of every key, and key states are only cleaned when their key is
+// touched: forgetting an older truncate would let a key's state from before
+// it come back on a later ignore-null update. Truncates are rare and small.
 func (e *Engine) mergeBarriers(old, add []Barrier, now int64) []Barrier {
 	all := slices.Concat(old, add)
 	slices.SortStableFunc(all, func(x, y Barrier) int {
@@ -579,13 +581,7 @@ func (e *Engine) mergeBarriers(old, add []Barrier, now int64) []Barrier {
 		}
 		out = append(out, b)
 	}
-	kept := out[:0]
-	for i, b := range out {
-		if i == len(out)-1 || b.Seen.UnixMicro()+e.retention > now {
-			kept = append(kept, b)
-		}
-	}
-	return kept
+	return out
 }
 
 // applyKey merges a key's new events into its state and records what

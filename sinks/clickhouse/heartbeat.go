@@ -49,7 +49,7 @@ func (s *Sink) insertBeat(ctx context.Context, hb sinks.Heartbeat, ended bool, v
 		end = 1
 	}
 	if err := b.Append(hb.Pipeline, hb.ID, hb.Kind, hb.Host, int64(hb.PID), hb.BeatAt.UTC().Truncate(time.Second),
-		hb.Expires.UTC().Truncate(time.Second), end, version); err != nil {
+		ceilSecond(hb.Expires), end, version); err != nil {
 		b.Abort()
 		return err
 	}
@@ -152,4 +152,15 @@ func (s *Sink) EndBeat(ctx context.Context, pipeline, id string) error {
 		return fmt.Errorf("clickhouse: end heartbeat %s: %w", id, err)
 	}
 	return nil
+}
+
+// ceilSecond rounds t up to a whole second: a DateTime column keeps whole
+// seconds, and an expiry rounded down would make a live heartbeat look
+// expired between two renewals.
+func ceilSecond(t time.Time) time.Time {
+	t = t.UTC()
+	if d := t.Truncate(time.Second); !d.Equal(t) {
+		return d.Add(time.Second)
+	}
+	return t
 }
