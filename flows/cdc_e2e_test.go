@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/consumer"
-	"github.com/sluicehq/sluice/consumer/devkafka"
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
@@ -215,11 +214,7 @@ func destinations(t *testing.T) map[string]func(t *testing.T) string {
 
 func TestCDCAcceptanceEndToEnd(t *testing.T) {
 	dests := destinations(t)
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { broker.Close() })
+	broker := startBroker(t)
 	n := 0
 	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]

@@ -88,6 +88,14 @@ func (s *stepper) update() {
 
 func (s *stepper) updateWith(opts flows.Options) {
 	s.t.Helper()
+	if err := s.tryUpdateWith(opts); err != nil {
+		s.t.Fatalf("update: %v", err)
+	}
+}
+
+// tryUpdateWith runs one update and returns its error.
+func (s *stepper) tryUpdateWith(opts flows.Options) error {
+	s.t.Helper()
 	ctx := context.Background()
 	sink, err := flows.OpenSink(ctx, s.p, nil)
 	if err != nil {
@@ -95,9 +103,18 @@ func (s *stepper) updateWith(opts flows.Options) {
 	}
 	defer sink.Close()
 	opts.Mode, opts.HeartbeatEvery, opts.HeartbeatTTL = flows.ModeUpdate, 200*time.Millisecond, time.Second
-	if err := flows.Execute(ctx, s.p, sink, opts); err != nil {
-		s.t.Fatalf("update: %v", err)
+	return flows.Execute(ctx, s.p, sink, opts)
+}
+
+// startBroker starts an in-process broker for the test.
+func startBroker(t *testing.T) *devkafka.Broker {
+	t.Helper()
+	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { broker.Close() })
+	return broker
 }
 
 func (s *stepper) rows(table string, drop ...string) []string {
@@ -120,11 +137,7 @@ func (s *stepper) rows(table string, drop ...string) []string {
 
 func TestOnceFlowsEndToEnd(t *testing.T) {
 	dests := destinations(t)
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { broker.Close() })
+	broker := startBroker(t)
 	for _, dname := range slices.Sorted(mapKeys(dests)) {
 		dest := dests[dname]
 		t.Run(dname+"/E01", func(t *testing.T) {
@@ -291,11 +304,7 @@ func projectNames(b *batch.Batch, names []string) *batch.Batch {
 }
 
 func TestFullRefreshRetentionGuard(t *testing.T) {
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { broker.Close() })
+	broker := startBroker(t)
 	s := newStepper(t, broker.Addr(), "  local: {path: ./data}", `tables:
   - name: raw
     columns:
@@ -320,14 +329,7 @@ flows:
 		t.Fatal(err)
 	}
 
-	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeUpdate, FullRefresh: true, HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
-	sink.Close()
-	if !errors.Is(err, flows.ErrDataLoss) {
+	if err := s.tryUpdateWith(flows.Options{FullRefresh: true}); !errors.Is(err, flows.ErrDataLoss) {
 		t.Fatalf("refresh over a truncated topic: %v, want ErrDataLoss", err)
 	}
 	want := []string{"1,a", "2,b", "3,c"}

@@ -1,16 +1,13 @@
 package flows_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
-	"github.com/sluicehq/sluice/consumer/devkafka"
 	"github.com/sluicehq/sluice/flows"
 )
 
@@ -73,11 +70,7 @@ const cdcOnT = `
 
 func TestSnapshotsEndToEnd(t *testing.T) {
 	dests := destinations(t)
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", MinSessionTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { broker.Close() })
+	broker := startBroker(t)
 	for _, dname := range slices.Sorted(mapKeys(dests)) {
 		dest := dests[dname]
 		t.Run(dname+"/C02", func(t *testing.T) {
@@ -110,7 +103,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 			s.update()
 			// A snapshot with a key twice: an error, nothing of it applied.
 			snapshotAt(t, s.dir, "5", []rawRow{{1, "x"}, {1, "y"}, {2, "z"}})
-			err := s.tryUpdate()
+			err := s.tryUpdateWith(flows.Options{})
 			if !errors.Is(err, flows.ErrDuplicateKey) {
 				t.Fatalf("C07: update: %v, want ErrDuplicateKey", err)
 			}
@@ -185,15 +178,4 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 			}
 		})
 	}
-}
-
-// tryUpdate runs one update and returns its error.
-func (s *stepper) tryUpdate() error {
-	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer sink.Close()
-	return flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeUpdate, HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
 }
