@@ -6,11 +6,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 )
 
 // TestClickHouseKilledTenTimesThenUpdate kills `sluice run` with SIGKILL at
@@ -59,7 +60,7 @@ func TestClickHouseServerRestartDuringRun(t *testing.T) {
 	t.Parallel()
 	clickHouseAddr(t) // the same precondition as every ClickHouse test
 	srv := startOwnServer(t)
-	d := newClickHouseDest(t, srv.addr)
+	d := newClickHouseDest(t, srv.Addr)
 	const chunk = 20_000
 	b := startBroker(t, map[string]int32{"events": 3})
 	produce(t, b.Addr(), "events", 0, chunk)
@@ -69,14 +70,14 @@ func TestClickHouseServerRestartDuringRun(t *testing.T) {
 	waitFor(t, 30*time.Second, "a first load", func() bool { return len(d.loads(t, spec)) > 0 })
 	produce(t, b.Addr(), "events", chunk, 2*chunk)
 	time.Sleep(200 * time.Millisecond) // in the middle of loading the second chunk
-	srv.run("kill")
+	srv.Kill()
 	killedAt := time.Now()
 	produce(t, b.Addr(), "events", 2*chunk, 3*chunk)
 	time.Sleep(3 * time.Second)
 	if !running(cmd) {
 		t.Fatalf("run stopped while the server was down\n%s", tail(out.String(), 4000))
 	}
-	srv.run("start")
+	srv.Start()
 	t.Logf("server down for %s", time.Since(killedAt).Round(time.Millisecond))
 	d.reconnect(t)
 	produce(t, b.Addr(), "events", 3*chunk, 4*chunk)
@@ -209,42 +210,4 @@ func running(cmd *exec.Cmd) bool {
 	return i > 0 && i+2 < len(stat) && stat[i+2] != 'Z'
 }
 
-// ownServer is a ClickHouse server of the test's own, started with
-// scripts/clickhouse-test-server, that the test may kill and restart.
-type ownServer struct {
-	t      testing.TB
-	script string
-	dir    string
-	addr   string
-}
-
-func startOwnServer(t testing.TB) *ownServer {
-	t.Helper()
-	script, err := filepath.Abs("../scripts/clickhouse-test-server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &ownServer{t: t, script: script, dir: filepath.Join(t.TempDir(), "clickhouse")}
-	out := srv.run("start")
-	_, addr, ok := strings.Cut(strings.TrimSpace(out), "SLUICE_CLICKHOUSE_ADDR=")
-	if !ok {
-		t.Fatalf("clickhouse-test-server start printed %q", out)
-	}
-	srv.addr = addr
-	t.Cleanup(func() {
-		srv.run("kill") // faster than a clean shutdown, and the data goes anyway
-		srv.run("stop")
-	})
-	return srv
-}
-
-func (srv *ownServer) run(cmd string) string {
-	srv.t.Helper()
-	var stdout, stderr bytes.Buffer
-	c := exec.Command(srv.script, cmd, srv.dir)
-	c.Stdout, c.Stderr = &stdout, &stderr
-	if err := c.Run(); err != nil {
-		srv.t.Fatalf("clickhouse-test-server %s %s: %v\n%s", cmd, srv.dir, err, stderr.String())
-	}
-	return stdout.String()
-}
+func startOwnServer(t testing.TB) *chtest.Server { t.Helper(); return chtest.StartServer(t) }

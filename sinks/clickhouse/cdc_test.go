@@ -545,7 +545,7 @@ func TestCDCLease(t *testing.T) {
 func TestCDCServerRestart(t *testing.T) {
 	srv := startOwnServer(t)
 	ctx := context.Background()
-	s := openSink(t, srv.addr, "sluice_cdc_restart", func(o *Options) {
+	s := openSink(t, srv.Addr, "sluice_cdc_restart", func(o *Options) {
 		o.Pipeline = "p"
 		o.DialTimeout = 2 * time.Second
 	})
@@ -565,7 +565,7 @@ func TestCDCServerRestart(t *testing.T) {
 	if err := up(crow{2, "b", 2})(ctx, cl); err != nil {
 		t.Fatal(err)
 	}
-	srv.run("kill")
+	srv.Kill()
 	for name, op := range map[string]cdcOp{
 		"upsert": up(crow{3, "c", 2}),
 		"remove": rm(crow{1, "a", 1}),
@@ -582,17 +582,17 @@ func TestCDCServerRestart(t *testing.T) {
 		t.Fatalf("GetState against a killed server: %v, want a retryable error", err)
 	}
 	ld.Abort(ctx)
-	srv.run("start")
+	srv.Start()
 	if err := cdcLoad(ctx, s, "two-again", 1, up(crow{2, "b", 2}), states(sinks.StateEntry{Key: ckey(2), Value: []byte("2")})); err != nil {
 		t.Fatalf("retried load after the restart: %v", err)
 	}
 
-	withFaults(s).add(&fault{match: []string{"ATTACH PARTITION"}, do: func() { srv.run("kill") }})
+	withFaults(s).add(&fault{match: []string{"ATTACH PARTITION"}, do: func() { srv.Kill() }})
 	err = cdcLoad(ctx, s, "three", 2, rm(crow{1, "a", 1}), states(sinks.StateEntry{Key: ckey(1), Value: nil}))
 	if err == nil || !s.Retryable(err) {
 		t.Fatalf("commit whose publication met a killed server: %v, want a retryable error", err)
 	}
-	srv.run("start")
+	srv.Start()
 	// The next read resolves the committed load first.
 	expectStates(t, s, "after the restart", []string{ckey(1), ckey(2)}, map[string]string{ckey(2): "2"})
 	expectCust(t, s, "after the restart", "2|b")

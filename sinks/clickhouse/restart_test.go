@@ -1,58 +1,19 @@
 package clickhouse
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 )
 
-// ownServer starts a ClickHouse server of its own with
-// scripts/clickhouse-test-server, so that the test can kill and restart it.
-// It needs what the shared test server needs.
-type ownServer struct {
-	t      *testing.T
-	script string
-	dir    string
-	addr   string
-}
-
-func startOwnServer(t *testing.T) *ownServer {
+func startOwnServer(t *testing.T) *chtest.Server {
 	serverAddr(t) // the same precondition as every server test
-	script, err := filepath.Abs("../../scripts/clickhouse-test-server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &ownServer{t: t, script: script, dir: filepath.Join(t.TempDir(), "clickhouse")}
-	out := srv.run("start")
-	_, addr, ok := strings.Cut(strings.TrimSpace(out), "SLUICE_CLICKHOUSE_ADDR=")
-	if !ok {
-		t.Fatalf("start printed %q", out)
-	}
-	srv.addr = addr
-	t.Cleanup(func() {
-		srv.run("kill") // faster than a clean shutdown, and the data goes anyway
-		srv.run("stop")
-	})
-	return srv
-}
-
-func (srv *ownServer) run(cmd string) string {
-	srv.t.Helper()
-	var stdout, stderr bytes.Buffer
-	c := exec.Command(srv.script, cmd, srv.dir)
-	c.Stdout, c.Stderr = &stdout, &stderr
-	if err := c.Run(); err != nil {
-		srv.t.Fatalf("clickhouse-test-server %s: %v\n%s", cmd, err, stderr.String())
-	}
-	return stdout.String()
+	return chtest.StartServer(t)
 }
 
 // TestServerRestart kills the server (kill -9) in the middle of a load and
@@ -63,7 +24,7 @@ func TestServerRestart(t *testing.T) {
 	ctx := context.Background()
 	db := "sluice_restart"
 	open := func() *Sink {
-		s := openSink(t, srv.addr, db, func(o *Options) {
+		s := openSink(t, srv.Addr, db, func(o *Options) {
 			o.Pipeline = "p"
 			o.DialTimeout = 2 * time.Second
 		})
@@ -86,7 +47,7 @@ func TestServerRestart(t *testing.T) {
 	if err := ld.Write(ctx, "events", events(30, 45)); err != nil {
 		t.Fatal(err)
 	}
-	srv.run("kill")
+	srv.Kill()
 	err = ld.Write(ctx, "events", events(45, 60))
 	if err == nil || !s.Retryable(err) {
 		t.Fatalf("write to a killed server: %v, want a retryable error", err)
@@ -94,7 +55,7 @@ func TestServerRestart(t *testing.T) {
 	if err := ld.Abort(ctx); err == nil {
 		t.Fatal("abort against a killed server succeeded")
 	}
-	srv.run("start")
+	srv.Start()
 	if err := commitEvents(ctx, s, "two-again", 30, 60); err != nil {
 		t.Fatalf("retried load after the restart: %v", err)
 	}
@@ -103,12 +64,12 @@ func TestServerRestart(t *testing.T) {
 	}
 
 	// Killed between the commit and the publication.
-	withFaults(s).add(&fault{match: []string{"ATTACH PARTITION"}, do: func() { srv.run("kill") }})
+	withFaults(s).add(&fault{match: []string{"ATTACH PARTITION"}, do: func() { srv.Kill() }})
 	err = commitEvents(ctx, s, "three", 60, 90)
 	if err == nil || !s.Retryable(err) {
 		t.Fatalf("commit whose publication met a killed server: %v, want a retryable error", err)
 	}
-	srv.run("start")
+	srv.Start()
 	// The runner retries the batch as a new load: the first one turns out
 	// committed, gets published, and the retry is stale.
 	err = commitEvents(ctx, s, "three-again", 60, 90)
