@@ -103,21 +103,8 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 		})
 	}
 	for name := range targets {
-		for logged := false; ; {
-			err := acquire(ctx, name)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, sinks.ErrLeaseHeld) {
-				return nil, nil, fmt.Errorf("table %s: %w", name, err)
-			}
-			if !logged {
-				r.log.Info("waiting for another process to release the table", "table", name)
-				logged = true
-			}
-			if err := sleep(ctx, time.Second); err != nil {
-				return nil, nil, err
-			}
+		if err := r.waitLease(ctx, leaser, name, "waiting for another process to release the table"); err != nil {
+			return nil, nil, fmt.Errorf("table %s: %w", name, err)
 		}
 		r.log.Info("lease taken", "table", name)
 	}
@@ -151,6 +138,26 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 		}
 	}
 	return targets, stop, nil
+}
+
+// waitLease takes the lease of name for this process, waiting (and saying
+// so once) while another process holds it.
+func (r *runner) waitLease(ctx context.Context, leaser sinks.Leaser, name, waiting string) error {
+	for logged := false; ; {
+		err := r.retry(ctx, "lease "+name, func(ctx context.Context) error {
+			return leaser.AcquireLease(ctx, name, r.id, r.leaseTTL())
+		})
+		if err == nil || !errors.Is(err, sinks.ErrLeaseHeld) {
+			return err
+		}
+		if !logged {
+			r.log.Info(waiting, "lease", name)
+			logged = true
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
 }
 
 // cdcHandler applies each batch of an auto_cdc flow through the engine.

@@ -79,28 +79,17 @@ func stripLines(v any) {
 // planned at its first start and then never again; another flow picks up
 // new files on every run (and, in run mode, every filesPollEvery).
 func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler) error {
-	log := r.log.With("flow", f.Name)
 	// One process reads a flow's files at a time.
 	leaser, ok := r.sink.(sinks.Leaser)
 	if !ok {
 		return errors.New("the destination cannot lease file flows")
 	}
 	lease := "_sluice_files_" + f.Name
-	for logged := false; ; {
-		err := r.retry(ctx, "lease "+lease, func(ctx context.Context) error { return leaser.AcquireLease(ctx, lease, r.id, r.leaseTTL()) })
-		if err == nil {
-			break
+	if err := r.waitLease(ctx, leaser, lease, "another process reads this flow's files; waiting"); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
 		}
-		if !errors.Is(err, sinks.ErrLeaseHeld) {
-			return err
-		}
-		if !logged {
-			log.Info("another process reads this flow's files; waiting")
-			logged = true
-		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return nil
-		}
+		return err
 	}
 	defer leaser.ReleaseLease(context.WithoutCancel(ctx), lease, r.id)
 

@@ -16,7 +16,6 @@ import (
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/consumer/devkafka"
 	"github.com/sluicehq/sluice/flows"
-	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
 )
 
@@ -131,7 +130,7 @@ func (s *stepper) rows(table string, drop ...string) []string {
 	}
 	keep := b.Schema.Names()
 	keep = slices.DeleteFunc(keep, func(n string) bool { return slices.Contains(drop, n) })
-	proj := projectNames(b, keep)
+	proj := b.Select(keep...)
 	return rowStrings(proj)
 }
 
@@ -289,18 +288,6 @@ func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
 			}
 		}
 	}
-}
-
-// projectNames returns the named columns of b, in that order.
-func projectNames(b *batch.Batch, names []string) *batch.Batch {
-	out := &batch.Batch{}
-	for _, n := range names {
-		if i := b.Schema.Index(n); i >= 0 {
-			out.Schema.Columns = append(out.Schema.Columns, b.Schema.Columns[i])
-			out.Vectors = append(out.Vectors, b.Vectors[i])
-		}
-	}
-	return out
 }
 
 func TestFullRefreshRetentionGuard(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -249,7 +250,7 @@ func keysOnly(cur *batch.Batch, keys []string, src batch.Schema) *batch.Batch {
 	out := &batch.Batch{Schema: src, Vectors: make([]*batch.Vector, len(src.Columns))}
 	n := cur.Len()
 	for c, col := range src.Columns {
-		if v := cur.Column(col.Name); v != nil && contains(keys, col.Name) {
+		if v := cur.Column(col.Name); v != nil && slices.Contains(keys, col.Name) {
 			out.Vectors[c] = v
 			continue
 		}
@@ -260,15 +261,6 @@ func keysOnly(cur *batch.Batch, keys []string, src batch.Schema) *batch.Batch {
 		out.Vectors[c] = v
 	}
 	return out
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // readSnapshot reads every file of a snapshot into one batch.

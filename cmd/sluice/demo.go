@@ -130,7 +130,7 @@ func (g *globals) demo(ctx context.Context, messages int, partitions int32, dir 
 		return err
 	}
 	fmt.Fprintln(out, "\nThe dead letters (each with its partition/offset, the reason and the raw message):")
-	dlView := project(dls, "source", "position", "reason", "error")
+	dlView := dls.Select("source", "position", "reason", "error")
 	render.Sort(dlView, []int{0, 1})
 	if err := render.Write(out, dlView, "table"); err != nil {
 		return err
@@ -150,18 +150,6 @@ The tables are plain Parquet files, readable by any Parquet reader:
 The demo's broker stopped with it; remove %[1]s when done.
 `, dir, self, specPath)
 	return nil
-}
-
-// project returns the named columns of b.
-func project(b *batch.Batch, names ...string) *batch.Batch {
-	out := &batch.Batch{}
-	for _, n := range names {
-		if i := b.Schema.Index(n); i >= 0 {
-			out.Schema.Columns = append(out.Schema.Columns, b.Schema.Columns[i])
-			out.Vectors = append(out.Vectors, b.Vectors[i])
-		}
-	}
-	return out
 }
 
 func isTemp(path string) bool {

@@ -80,3 +80,16 @@ func (b *Batch) Check() error {
 	}
 	return nil
 }
+
+// Select returns the named columns of b, in that order, sharing their
+// vectors; names b lacks are left out.
+func (b *Batch) Select(names ...string) *Batch {
+	out := &Batch{}
+	for _, n := range names {
+		if i := b.Schema.Index(n); i >= 0 {
+			out.Schema.Columns = append(out.Schema.Columns, b.Schema.Columns[i])
+			out.Vectors = append(out.Vectors, b.Vectors[i])
+		}
+	}
+	return out
+}

@@ -147,3 +147,13 @@ func TestLedgerFilePositions(t *testing.T) {
 		t.Fatalf("file positions %+v", got)
 	}
 }
+
+func TestSelect(t *testing.T) {
+	b := New(Schema{Columns: []Column{{Name: "a", Type: Int64}, {Name: "b", Type: String}}}, 1)
+	b.Vectors[0].AppendInt(1)
+	b.Vectors[1].AppendString("x")
+	s := b.Select("b", "missing", "a")
+	if got := s.Schema.Names(); len(got) != 2 || got[0] != "b" || got[1] != "a" || s.Row(0)[0] != "x" {
+		t.Fatalf("Select: %v %v", got, s.Row(0))
+	}
+}
