@@ -96,7 +96,6 @@ func TestDefaults(t *testing.T) {
 		{"batch", f.Batch, BatchLimits{}},
 		{"files format", p.Flow("b").Source.Files.Format, FormatJSONL},
 		{"last_value_func", p.Flow("b").Incremental.LastValueFunc, LastValueMax},
-		{"cursor type", p.Flow("b").Incremental.Type, batch.Int64},
 		{"group", p.Group(), "sluice-shop"},
 	}
 	for _, c := range checks {

@@ -16,6 +16,7 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/file"
 
+	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/cdc"
 	"github.com/sluicehq/sluice/flows/batch"
 )
@@ -132,11 +133,6 @@ func (p *Pipeline) applyDefaults() {
 		if in := f.Incremental; in != nil {
 			if in.LastValueFunc == "" {
 				in.LastValueFunc = LastValueMax
-			}
-			if in.Type.Kind == batch.KindInvalid {
-				if i := f.SourceSchema().Index(in.Cursor); i >= 0 {
-					in.Type = f.SourceSchema().Columns[i].Type
-				}
 			}
 		}
 		if f.Kind == KindAutoCDCFromSnapshot && f.SnapshotVersionType.Kind == batch.KindInvalid && f.SnapshotVersion != "" {
@@ -660,7 +656,19 @@ func schemaOf(f *Flow) (batch.Schema, bool) {
 func (c *checker) appendFlow(i int, f *Flow) {
 	path := indexPath("flows", i)
 	switch f.Write {
-	case "", WriteAppend, WriteReplacePartitions:
+	case "", WriteAppend:
+	case WriteReplacePartitions:
+		switch {
+		case f.Source.Files == nil:
+			c.add(path+".write", "replace_partitions applies to files sources only")
+		case f.Incremental == nil:
+			c.add(path+".write", "replace_partitions rebuilds the partitions an incremental window touches: add incremental")
+		case f.Once:
+			c.add(path+".write", "replace_partitions re-reads partitions on every run; a once-flow reads its files once")
+		}
+		if t := c.p.Table(f.Target); t != nil && len(t.PartitionBy) == 0 {
+			c.add(path+".write", "replace_partitions swaps whole partitions: target %s needs partition_by (the source's Hive partition columns)", f.Target)
+		}
 	default:
 		c.add(path+".write", "unknown value %q: append or replace_partitions", f.Write)
 	}
@@ -676,6 +684,9 @@ func (c *checker) incremental(i int, f *Flow) {
 	if f.Source.Files == nil && f.Source.Name() != "" {
 		c.add(path, "incremental applies to files sources only")
 	}
+	if f.Once {
+		c.add(path, "incremental reads a window on every run; a once-flow reads its files once")
+	}
 	schema, known := schemaOf(f)
 	t := in.Type
 	switch {
@@ -686,7 +697,7 @@ func (c *checker) incremental(i int, f *Flow) {
 			c.add(path+".cursor", "unknown column %q (source columns: %s)", in.Cursor, strings.Join(schema.Names(), ", "))
 		} else if ct := schema.Columns[j].Type; t.Kind == batch.KindInvalid {
 			t = ct
-		} else if ct.Kind != batch.KindInvalid && ct != t {
+		} else if ct.Kind != batch.KindInvalid && ct != t && !convertibleCursor(ct, t) {
 			c.add(path+".type", "cursor column %s is %s, not %s", in.Cursor, ct, t)
 		}
 	}
@@ -719,24 +730,26 @@ func (c *checker) incremental(i int, f *Flow) {
 	}
 }
 
-// checkLag checks a lag against the cursor type: a duration for timestamps,
+// convertibleCursor reports whether a column of type from holds cursors of
+// type to: text is parsed as the declared type (the declared type wins over
+// the data), a date and a timestamp convert into each other, an int64 into a
+// float64.
+func convertibleCursor(from, to batch.Type) bool {
+	switch {
+	case from.Kind == batch.KindString:
+		return true
+	case from.Kind == batch.KindDate && to.Kind == batch.KindTimestamp, from.Kind == batch.KindTimestamp && to.Kind == batch.KindDate:
+		return true
+	case from.Kind == batch.KindInt64 && to.Kind == batch.KindFloat64:
+		return true
+	}
+	return false
+}
+
+// checkLag checks a lag against the cursor type (backfill.ParseLag): seconds or a duration for timestamps,
 // days (7d or 7) for dates, a number for numbers.
 func checkLag(t batch.Type, lag string) error {
 	switch t.Kind {
-	case batch.KindTimestamp:
-		if d, err := parseDuration(lag); err != nil || d < 0 {
-			return fmt.Errorf("lag %q: want a duration such as 1h or 2d for a timestamp cursor", lag)
-		}
-	case batch.KindDate:
-		if _, err := strconv.ParseUint(strings.TrimSuffix(lag, "d"), 10, 31); err != nil {
-			return fmt.Errorf("lag %q: want a number of days such as 3d for a date cursor", lag)
-		}
-	case batch.KindInt64, batch.KindFloat64, batch.KindDecimal:
-		if x, err := strconv.ParseFloat(lag, 64); err != nil || x < 0 {
-			return fmt.Errorf("lag %q: want a non-negative number for a %s cursor", lag, t)
-		}
-	case batch.KindString:
-		return fmt.Errorf("lag needs a numeric, date or timestamp cursor, not string")
 	case batch.KindInvalid:
 		if x, err := strconv.ParseFloat(lag, 64); err == nil && x >= 0 {
 			return nil
@@ -744,8 +757,12 @@ func checkLag(t batch.Type, lag string) error {
 		if d, err := parseDuration(lag); err != nil || d < 0 {
 			return fmt.Errorf("lag %q: want a duration (1h, 2d) or a non-negative number", lag)
 		}
+		return nil
+	case batch.KindString:
+		return fmt.Errorf("lag needs a numeric, date or timestamp cursor, not string")
 	}
-	return nil
+	_, err := backfill.ParseLag(lag, t)
+	return err
 }
 
 // parseValue checks that text is a value of type t.
@@ -931,6 +948,16 @@ func (c *checker) cdcFlow(i int, f *Flow) {
 		}
 	}
 
+	if f.ReplayValidTo != "" && f.Kind == KindAutoCDC {
+		switch {
+		case f.Source.Files == nil:
+			c.add(path+".replay_valid_to", "replays a legacy table from files: needs a files source")
+		case len(f.SequenceBy) != 1:
+			c.add(path+".replay_valid_to", "needs a single sequence_by column (the legacy valid_from)")
+		case f.ApplyAsDeletes != "" || f.ApplyAsTruncates != "":
+			c.add(path+".replay_valid_to", "every legacy row is a version: apply_as_deletes and apply_as_truncates do not apply")
+		}
+	}
 	if f.ReplayValidTo != "" && known {
 		if k := schema.Index(f.ReplayValidTo); k < 0 {
 			c.add(path+".replay_valid_to", "unknown column %q (source columns: %s)", f.ReplayValidTo, strings.Join(schema.Names(), ", "))

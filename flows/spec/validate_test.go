@@ -170,7 +170,9 @@ func TestValidateValid(t *testing.T) {
     sequence_by: seq
     except_column_list: [seq]
 `},
-		{"incremental with lag and replace_partitions", header + tableT + `flows:
+		{"incremental with lag and replace_partitions", header + `tables:
+  - {name: t, partition_by: [day]}
+flows:
   - name: backfill
     target: t
     kind: append
@@ -493,14 +495,14 @@ flows:
     sequence_by: seq
     apply_as_deletes: 'op ==' #! flows[0].apply_as_deletes: expression
 `},
-		{"replay_valid_to", header + tableT + cdcFlow + `    replay_valid_to: name #! flows[0].replay_valid_to: column name is string but the sequence is int64
+		{"replay_valid_to", header + tableT + cdcFlow + `    replay_valid_to: name #! flows[0].replay_valid_to: column name is string but the sequence is int64 #! flows[0].replay_valid_to: needs a files source
   - name: g
     target: t
     kind: auto_cdc
     source: {kafka: {topic: b, columns: [{name: id, type: int64}, {name: seq, type: int64}]}}
     keys: [id]
     sequence_by: seq
-    replay_valid_to: until #! flows[1].replay_valid_to: unknown column "until"
+    replay_valid_to: until #! flows[1].replay_valid_to: unknown column "until" #! flows[1].replay_valid_to: needs a files source
 `},
 
 		// Snapshot flows.
@@ -561,18 +563,20 @@ flows:
   - name: i
     target: t
     kind: append
-    write: replace_partitions
+    write: replace_partitions #! flows[3].write: needs partition_by
     source: {files: {path: "a/*.parquet"}}
     incremental: {lag: soon} #! flows[3].incremental.cursor: required #! flows[3].incremental.lag: want a duration
 `},
 		{"incremental on kafka", header + tableT + appendFlow + "    incremental: {cursor: id} #! flows[0].incremental: files sources only\n"},
-		{"incremental lag by type", header + tableT + `flows:
+		{"incremental lag by type", header + `tables:
+  - {name: t, partition_by: [n]}
+flows:
   - name: f
     target: t
     kind: append
     write: replace_partitions
     source: {files: {path: "a/*.parquet", columns: [{name: at, type: timestamp}, {name: n, type: int64}, {name: s, type: string}]}}
-    incremental: {cursor: at, lag: 5} #! flows[0].incremental.lag: for a timestamp cursor
+    incremental: {cursor: at, lag: 5m3} #! flows[0].incremental.lag: for a timestamp cursor
   - name: g
     target: t
     kind: append
