@@ -57,6 +57,10 @@ type CursorState struct {
 	LastValue string `json:"last_value"`
 	// Type is the cursor column's type, so that a changed type is detected.
 	Type string `json:"type"`
+	// Runs counts the flow's completed runs. The loads of a run record
+	// their progress in ledger positions named after it, so a run that
+	// stopped midway resumes where it stopped, and the next run reads again.
+	Runs int64 `json:"runs,omitempty"`
 }
 
 // FirstOffset is the first offset a flow ever consumed from one partition

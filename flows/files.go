@@ -93,8 +93,20 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 	}
 	defer leaser.ReleaseLease(context.WithoutCancel(ctx), lease, r.id)
 
+	renew := func() { _ = leaser.AcquireLease(ctx, lease, r.id, r.leaseTTL()) }
+	if f.Incremental != nil {
+		var sig string
+		for {
+			if err := r.incrementalPass(ctx, f, h, renew, &sig); err != nil || r.opts.Mode == ModeUpdate {
+				return err
+			}
+			if err := sleep(ctx, filesPollEvery); err != nil {
+				return nil
+			}
+		}
+	}
 	for {
-		done, err := r.filesPass(ctx, f, h, func() { _ = leaser.AcquireLease(ctx, lease, r.id, r.leaseTTL()) })
+		done, err := r.filesPass(ctx, f, h, renew)
 		if err != nil || r.opts.Mode == ModeUpdate || done {
 			return err
 		}
@@ -148,48 +160,30 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 	pos := led.FilePositions(f.Name)
 	todo := slices.DeleteFunc(slices.Clone(files), func(fl backfill.File) bool { return pos[fl.Name].Done })
 
-	format := src.Format
-	if format == "" {
-		format = backfill.FormatOf(src.Path)
-	}
-	// The columns read: the source's declared ones; else, for an append
-	// flow, the target's declared ones; else the first Parquet file's.
-	wanted := f.SourceSchema()
-	if len(wanted.Columns) == 0 && f.Kind == spec.KindAppend {
-		if t := r.p.Table(f.Target); t != nil {
-			wanted = t.Schema
-		}
-	}
-	if len(wanted.Columns) == 0 && len(files) > 0 && format == backfill.FormatParquet {
-		if wanted, err = backfill.ParquetSchema(files[0].Path); err != nil {
-			return false, err
-		}
-	}
-	if len(wanted.Columns) == 0 && len(todo) > 0 {
-		return false, fmt.Errorf("files source %s: declare its columns (or the target's)", src.Path)
-	}
-	hive, err := backfill.HiveTypes(files, wanted)
+	rs, err := r.filesSchema(f, files, len(todo) > 0)
 	if err != nil {
 		return false, err
 	}
-	var hiveWanted batch.Schema
-	for _, c := range hive.Columns {
-		if wanted.Index(c.Name) >= 0 {
-			hiveWanted.Columns = append(hiveWanted.Columns, c)
+	if f.ReplayValidTo != "" && len(todo) > 0 {
+		// Every planned file, read or not: a successor may be in any.
+		if h, err = r.newReplayHandler(ctx, f, h, rs, files); err != nil {
+			return false, err
 		}
 	}
 	if len(todo) > 0 {
 		log.Info("reading files", "files", len(todo), "of", len(files), "once", f.Once)
 	}
 	progress := backfill.NewProgress(todo)
+	stop := r.showProgress(progress, f)
+	defer stop()
 	var rows int64
 	for _, fl := range todo {
 		start := pos[fl.Name].RowGroup
-		rd, err := backfill.Open(fl, format, wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hiveWanted})
+		rd, err := rs.open(f, fl, start)
 		if err != nil {
 			return false, err
 		}
-		err = r.readFile(ctx, f, h, rd, fl.Name, start, progress, &rows, renew)
+		err = r.readFile(ctx, f, h, rd, fl.Name, start, progress, &rows, renew, nil)
 		rd.Close()
 		if err != nil {
 			return false, err
@@ -209,8 +203,9 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 }
 
 // readFile loads a file chunk by chunk, each chunk one load whose positions
-// say how far the file was read.
-func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd backfill.Reader, name string, from int64, progress *backfill.Progress, rows *int64, renew func()) error {
+// (under the name pos) say how far the file was read. filter, when set,
+// changes each chunk before it is prepared.
+func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd backfill.Reader, pos string, from int64, progress *backfill.Progress, rows *int64, renew func(), filter func(*backfill.Chunk) error) error {
 	for {
 		ch, err := rd.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -219,13 +214,18 @@ func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd 
 		if err != nil {
 			return err
 		}
+		if filter != nil {
+			if err := filter(ch); err != nil {
+				return fmt.Errorf("file %s: %w", ch.File, err)
+			}
+		}
 		p, err := h.prepareChunk(ctx, ch)
 		if err != nil {
-			return fmt.Errorf("file %s: %w", name, err)
+			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
 		c := sinks.Commit{
-			From:        batch.Positions{{File: name, RowGroup: from}},
-			To:          batch.Positions{{File: name, RowGroup: ch.Next, Done: ch.Done}},
+			From:        batch.Positions{{File: pos, RowGroup: from}},
+			To:          batch.Positions{{File: pos, RowGroup: ch.Next, Done: ch.Done}},
 			Rows:        p.rows,
 			DeadLetters: p.deadLetters,
 		}
@@ -237,11 +237,60 @@ func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd 
 			p.unlock()
 		}
 		if err != nil {
-			return fmt.Errorf("file %s: %w", name, err)
+			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
 		progress.Add(ch)
 		*rows += p.rows
 		from = ch.Next
 		renew()
 	}
+}
+
+// readSchema is how a files flow reads its files.
+type readSchema struct {
+	format string
+	wanted batch.Schema // the columns read
+	hive   batch.Schema // the Hive columns of the files, typed
+	inRead batch.Schema // those of them read
+}
+
+// filesSchema works out the columns a files flow reads: the source's
+// declared ones; else, for an append flow, the target's declared ones; else
+// the first Parquet file's. reading says whether any file is to be read.
+func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) (readSchema, error) {
+	src := f.Source.Files
+	rs := readSchema{format: src.Format}
+	if rs.format == "" {
+		rs.format = backfill.FormatOf(src.Path)
+	}
+	rs.wanted = f.SourceSchema()
+	if len(rs.wanted.Columns) == 0 && f.Kind == spec.KindAppend {
+		if t := r.p.Table(f.Target); t != nil {
+			rs.wanted = t.Schema
+		}
+	}
+	if len(rs.wanted.Columns) == 0 && len(files) > 0 && rs.format == backfill.FormatParquet {
+		var err error
+		if rs.wanted, err = backfill.ParquetSchema(files[0].Path); err != nil {
+			return rs, err
+		}
+	}
+	if len(rs.wanted.Columns) == 0 && reading {
+		return rs, fmt.Errorf("files source %s: declare its columns (or the target's)", src.Path)
+	}
+	var err error
+	if rs.hive, err = backfill.HiveTypes(files, rs.wanted); err != nil {
+		return rs, err
+	}
+	for _, c := range rs.hive.Columns {
+		if rs.wanted.Index(c.Name) >= 0 {
+			rs.inRead.Columns = append(rs.inRead.Columns, c)
+		}
+	}
+	return rs, nil
+}
+
+// open opens a file to read from row start.
+func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
+	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -68,6 +69,11 @@ type Options struct {
 	Refresh       []string
 	AllowDataLoss bool
 
+	// Progress is where files flows show their progress: a progress bar
+	// when it is a terminal, else Info lines on the logger every
+	// backfill.DefaultProgressInterval. nil: log lines only.
+	Progress io.Writer
+
 	// Consumer, when set, adjusts each flow's consumer configuration after
 	// sluice derived it from the spec (tests shorten timeouts with it).
 	Consumer func(*consumer.Config)
@@ -120,14 +126,6 @@ func (r *runner) execute(ctx context.Context) error {
 			f.Kind == spec.KindAutoCDCFromSnapshot
 		if !supported {
 			return fmt.Errorf("flow %s: %s flows from %s sources are not supported by this version of sluice", f.Name, f.Kind, sourceKind(f))
-		}
-		switch {
-		case f.Incremental != nil:
-			return fmt.Errorf("flow %s: incremental file flows are not supported by this version of sluice", f.Name)
-		case f.Write == spec.WriteReplacePartitions:
-			return fmt.Errorf("flow %s: write: replace_partitions is not supported by this version of sluice", f.Name)
-		case f.ReplayValidTo != "":
-			return fmt.Errorf("flow %s: replay_valid_to is not supported by this version of sluice", f.Name)
 		}
 	}
 

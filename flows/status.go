@@ -38,6 +38,10 @@ type FlowReport struct {
 	Once string `json:"once,omitempty"`
 	// Snapshots: the snapshot versions a snapshot flow applied.
 	Snapshots []string `json:"snapshots,omitempty"`
+	// Cursor: an incremental flow's stored last_value ("" before its
+	// first run completed) and the runs it completed.
+	Cursor string `json:"cursor,omitempty"`
+	Runs   int64  `json:"runs,omitempty"`
 }
 
 // PartitionProgress is a Kafka partition's ledger position and lag.
@@ -83,7 +87,7 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 		if f.Source.Files != nil {
 			fr.Source = "files:" + f.Source.Files.Path
 			for _, fp := range led.FilePositions(f.Name) {
-				if fp.Done {
+				if fp.Done && f.Incremental == nil { // an incremental flow reads its files again on every run
 					fr.FilesDone++
 				}
 			}
@@ -105,6 +109,13 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 				default:
 					fr.Once = "pending"
 				}
+			}
+			if f.Incremental != nil {
+				st, _, err := checkpoint.GetCursor(ctx, store, p.Pipeline, f.Name)
+				if err != nil {
+					return nil, err
+				}
+				fr.Cursor, fr.Runs = st.LastValue, st.Runs
 			}
 			if f.Kind == spec.KindAutoCDCFromSnapshot {
 				st, _, err := checkpoint.GetSnapshot(ctx, store, p.Pipeline, f.Name)

@@ -69,6 +69,8 @@ func (g *globals) status(ctx context.Context, asJSON bool) error {
 			state = "once: " + f.Once
 		case len(f.Snapshots) > 0:
 			state = "snapshots: " + strings.Join(f.Snapshots, ",")
+		case f.Cursor != "":
+			state = fmt.Sprintf("cursor: %s after %d runs", f.Cursor, f.Runs)
 		}
 		if f.FilesDone > 0 {
 			state += fmt.Sprintf(" (%d files read)", f.FilesDone)

@@ -23,7 +23,7 @@ func newUpdate(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := g.execute(cmd.Context(), flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
-				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss})
+				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Progress: cmd.ErrOrStderr()})
 			if errors.Is(err, flows.ErrUnknownFlow) {
 				return &exitError{code: exitUsage, err: err}
 			}
@@ -43,7 +43,7 @@ func newRun(g *globals) *cobra.Command {
 		Short: "Run continuously until SIGINT/SIGTERM, then drain, commit and exit 0",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.execute(cmd.Context(), flows.Options{Mode: flows.ModeRun})
+			return g.execute(cmd.Context(), flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr()})
 		},
 	}
 }

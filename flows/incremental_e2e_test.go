@@ -1,0 +1,317 @@
+package flows_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/checkpoint"
+	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/flows/batch"
+)
+
+// Incremental files flows (issue: cursor and lag window), end to end in
+// both destinations: Parquet files in Hive folders, one update per run.
+
+type saleRow struct {
+	ID     int64 `parquet:"id"`
+	Amount int64 `parquet:"amount"`
+}
+
+type updateRow struct {
+	ID        int64     `parquet:"id"`
+	Name      string    `parquet:"name"`
+	UpdatedAt time.Time `parquet:"updated_at,timestamp(microsecond)"`
+}
+
+// writeDay writes the sales of one day: ids day*10+1 .. day*10+n.
+func writeDay(t *testing.T, dir string, day, n int, amount int64) {
+	var rows []saleRow
+	for i := 1; i <= n; i++ {
+		rows = append(rows, saleRow{ID: int64(day*10 + i), Amount: amount})
+	}
+	writeParquet(t, filepath.Join(dir, "sales", fmt.Sprintf("day=2024-03-%02d", day), "part-0.parquet"), rows)
+}
+
+// loadIDs returns, per day, the load ids of its rows.
+func (s *stepper) loadIDs(table string) map[string][]string {
+	s.t.Helper()
+	ctx := context.Background()
+	sink, err := flows.OpenSink(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	b, err := sink.Scan(ctx, table)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	days, ids := b.Column("day"), b.Column("_sluice_load_id")
+	out := map[string][]string{}
+	for i := range b.Len() {
+		d := time.Unix(days.Ints[i]*86400, 0).UTC().Format(time.DateOnly)
+		if !slices.Contains(out[d], ids.Strs[i]) {
+			out[d] = append(out[d], ids.Strs[i])
+		}
+	}
+	return out
+}
+
+func (s *stepper) cursor(flow string) checkpoint.CursorState {
+	s.t.Helper()
+	ctx := context.Background()
+	sink, err := flows.OpenSink(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	store, err := flows.OpenCheckpoints(ctx, s.p, sink)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer store.Close()
+	st, _, err := checkpoint.GetCursor(ctx, store, s.p.Pipeline, flow)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return st
+}
+
+func saleRows(days map[int][]int64) []string {
+	var out []string
+	for _, d := range slices.Sorted(mapKeysInt(days)) {
+		for i, amount := range days[d] {
+			out = append(out, fmt.Sprintf("%d,%d,2024-03-%02d", d*10+i+1, amount, d))
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		var x, y int
+		fmt.Sscan(strings.Split(a, ",")[0], &x)
+		fmt.Sscan(strings.Split(b, ",")[0], &y)
+		return x - y
+	})
+	return out
+}
+
+func mapKeysInt[V any](m map[int]V) func(yield func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func TestIncrementalReplacePartitionsEndToEnd(t *testing.T) {
+	dests := destinations(t)
+	for _, dname := range slices.Sorted(mapKeys(dests)) {
+		dest := dests[dname]
+		t.Run(dname, func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
+  - name: sales
+    columns:
+      - {name: id, type: int64}
+      - {name: amount, type: int64}
+      - {name: day, type: date}
+    partition_by: [day]
+flows:
+  - name: daily
+    target: sales
+    kind: append
+    write: replace_partitions
+    source: {files: {path: "sales/day=*/*.parquet"}}
+    incremental: {cursor: day, lag: 3}
+`)
+			want := map[int][]int64{}
+			for d := 1; d <= 10; d++ {
+				writeDay(t, s.dir, d, 3, 1)
+				want[d] = []int64{1, 1, 1}
+			}
+			s.update()
+			if got := s.rows("sales", "_sluice_load_id"); !slices.Equal(got, saleRows(want)) {
+				t.Fatalf("run 1: %q\nwant %q", got, saleRows(want))
+			}
+			if st := s.cursor("daily"); st.LastValue != "2024-03-10" || st.Runs != 1 {
+				t.Fatalf("cursor after run 1: %+v, want last_value 2024-03-10 after 1 run", st)
+			}
+			before := s.loadIDs("sales")
+
+			// The last three days are restated (one row fewer on the 9th,
+			// one more on the 10th) and a new day lands.
+			writeDay(t, s.dir, 8, 3, 2)
+			writeDay(t, s.dir, 9, 2, 2)
+			writeDay(t, s.dir, 10, 4, 2)
+			writeDay(t, s.dir, 11, 3, 2)
+			want[8], want[9], want[10], want[11] = []int64{2, 2, 2}, []int64{2, 2}, []int64{2, 2, 2, 2}, []int64{2, 2, 2}
+			s.update()
+			if got := s.rows("sales", "_sluice_load_id"); !slices.Equal(got, saleRows(want)) {
+				t.Fatalf("run 2: %q\nwant %q", got, saleRows(want))
+			}
+			after := s.loadIDs("sales")
+			for d := 1; d <= 11; d++ {
+				day := fmt.Sprintf("2024-03-%02d", d)
+				switch {
+				case d <= 6 && !slices.Equal(after[day], before[day]):
+					t.Errorf("day %s outside the window was rewritten: load ids %v, before %v", day, after[day], before[day])
+				case d >= 7 && len(after[day]) != 1:
+					t.Errorf("day %s: load ids %v, want the one load of run 2", day, after[day])
+				case d >= 7 && d <= 10 && slices.Equal(after[day], before[day]):
+					t.Errorf("day %s inside the window kept its load %v", day, after[day])
+				}
+			}
+			if st := s.cursor("daily"); st.LastValue != "2024-03-11" || st.Runs != 2 {
+				t.Fatalf("cursor after run 2: %+v, want last_value 2024-03-11 after 2 runs", st)
+			}
+			if st := s.status("daily"); st.Cursor != "2024-03-11" || st.Runs != 2 {
+				t.Fatalf("status: cursor %q after %d runs, want 2024-03-11 after 2", st.Cursor, st.Runs)
+			}
+
+			// Nothing changed: the window [03-08, ...) is rebuilt the same.
+			s.update()
+			if got := s.rows("sales", "_sluice_load_id"); !slices.Equal(got, saleRows(want)) {
+				t.Fatalf("run 3: %q\nwant %q", got, saleRows(want))
+			}
+			if ids := s.loadIDs("sales"); !slices.Equal(ids["2024-03-07"], after["2024-03-07"]) {
+				t.Errorf("day 2024-03-07 left the window but was rewritten: %v, before %v", ids["2024-03-07"], after["2024-03-07"])
+			}
+
+			// A full refresh forgets the cursor and loads every day again, once.
+			s.updateWith(flows.Options{FullRefresh: true})
+			if got := s.rows("sales", "_sluice_load_id"); !slices.Equal(got, saleRows(want)) {
+				t.Fatalf("full refresh: %q\nwant %q", got, saleRows(want))
+			}
+			if st := s.cursor("daily"); st.LastValue != "2024-03-11" || st.Runs != 1 {
+				t.Fatalf("cursor after the refresh: %+v, want last_value 2024-03-11 after 1 run", st)
+			}
+		})
+	}
+}
+
+func TestIncrementalCDCEndToEnd(t *testing.T) {
+	dests := destinations(t)
+	at := func(hhmm string) time.Time {
+		ts, err := time.Parse(time.RFC3339, "2024-03-01T"+hhmm+":00Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	for _, dname := range slices.Sorted(mapKeys(dests)) {
+		dest := dests[dname]
+		t.Run(dname, func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
+  - name: customers
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: string}
+      - {name: updated_at, type: timestamp}
+flows:
+  - name: changes
+    target: customers
+    kind: auto_cdc
+    keys: [id]
+    sequence_by: updated_at
+    stored_as_scd_type: 1
+    source:
+      files:
+        path: "changes/**/*.parquet"
+        columns:
+          - {name: id, type: int64}
+          - {name: name, type: string}
+          - {name: updated_at, type: timestamp}
+    incremental: {cursor: updated_at, lag: 3600}
+`)
+			writeParquet(t, filepath.Join(s.dir, "changes", "day=2024-03-01", "a.parquet"), []updateRow{
+				{1, "a", at("10:00")}, {2, "b", at("10:30")}, {3, "c", at("11:00")},
+			})
+			s.update()
+			want := []string{"1,a,2024-03-01T10:00:00Z", "2,b,2024-03-01T10:30:00Z", "3,c,2024-03-01T11:00:00Z"}
+			if got := s.rows("customers"); !slices.Equal(got, want) {
+				t.Fatalf("run 1: %q, want %q", got, want)
+			}
+			// A late restatement within the lag, a new key, and a change
+			// older than the window (never read: it lies before it).
+			writeParquet(t, filepath.Join(s.dir, "changes", "day=2024-03-01", "b.parquet"), []updateRow{
+				{1, "a2", at("10:15")}, {4, "d", at("11:30")}, {3, "c-old", at("09:00")},
+			})
+			s.update()
+			want = []string{"1,a2,2024-03-01T10:15:00Z", "2,b,2024-03-01T10:30:00Z", "3,c,2024-03-01T11:00:00Z", "4,d,2024-03-01T11:30:00Z"}
+			if got := s.rows("customers"); !slices.Equal(got, want) {
+				t.Fatalf("run 2: %q, want %q", got, want)
+			}
+			if st := s.cursor("changes"); st.LastValue != "2024-03-01T11:30:00Z" {
+				t.Fatalf("cursor after run 2: %+v, want 2024-03-01T11:30:00Z", st)
+			}
+			s.update()
+			if got := s.rows("customers"); !slices.Equal(got, want) {
+				t.Fatalf("run 3: %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestIncrementalAppendEndToEnd(t *testing.T) {
+	dests := destinations(t)
+	for _, dname := range slices.Sorted(mapKeys(dests)) {
+		dest := dests[dname]
+		t.Run(dname, func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
+  - name: events
+    columns:
+      - {name: id, type: int64}
+      - {name: seq, type: string}
+flows:
+  - name: events
+    target: events
+    kind: append
+    source:
+      files:
+        path: "events/*.jsonl"
+        columns:
+          - {name: id, type: int64}
+          - {name: seq, type: string}
+    incremental: {cursor: seq, type: int64, initial_value: 2}
+`)
+			write := func(name string, lines ...string) {
+				if err := os.MkdirAll(filepath.Join(s.dir, "events"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(s.dir, "events", name), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("a.jsonl", `{"id":1,"seq":"1"}`, `{"id":2,"seq":"2"}`, `{"id":3,"seq":"5"}`, `{"id":4,"seq":"x5"}`)
+			s.update()
+			want := []string{"2,2", "3,5"}
+			if got := s.rows("events", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("run 1: %q, want %q", got, want)
+			}
+			// Rows at the last value were loaded; rows below it never are.
+			write("b.jsonl", `{"id":5,"seq":"5"}`, `{"id":6,"seq":"6"}`, `{"id":7,"seq":"3"}`)
+			s.update()
+			want = []string{"2,2", "3,5", "6,6"}
+			if got := s.rows("events", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("run 2: %q, want %q", got, want)
+			}
+			dls := s.rows(batch.DeadLettersTable)
+			bad := 0
+			for _, d := range dls {
+				if strings.Contains(d, batch.ReasonBadCursor) && strings.Contains(d, "x5") {
+					bad++
+				}
+			}
+			if bad == 0 {
+				t.Fatalf("dead letters %q: want the row with cursor x5 as %s", dls, batch.ReasonBadCursor)
+			}
+		})
+	}
+}
