@@ -1,0 +1,130 @@
+package flows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/sluicehq/sluice/backfill"
+	"github.com/sluicehq/sluice/cdc"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+)
+
+// A legacy SCD type 2 table is replayed as change events (CDC-SEMANTICS.md
+// ON3): each of its rows is an upsert at its valid_from (the flow's
+// sequence_by). With replay_valid_to, a row whose version ended without a
+// successor also yields a delete at its valid_to: only when no legacy row
+// of the same key starts at that valid_to, since the delete would otherwise
+// win the SCD2 tie and erase the successor.
+
+// replayHandler prepares the chunks of a flow with replay_valid_to.
+type replayHandler struct {
+	*cdcHandler
+	validTo int    // index of the replay_valid_to column in the rows read
+	seq     int    // index of the sequence column
+	keys    []int  // indexes of the key columns
+	starts  keySet // every legacy (key, valid_from)
+}
+
+// keySet holds encoded (key, sequence) pairs.
+type keySet map[string]struct{}
+
+// pairKey encodes row i's key columns and the value of column seq.
+func pairKey(b *batch.Batch, keys []int, seq int, i int) string {
+	var s strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&s, "%v\x00", b.Vectors[k].Value(i))
+	}
+	fmt.Fprintf(&s, "%v", b.Vectors[seq].Value(i))
+	return s.String()
+}
+
+// newReplayHandler reads the key and sequence columns of every file the
+// flow replays, for the successor check.
+func (r *runner) newReplayHandler(ctx context.Context, f *spec.Flow, h batchHandler, rs readSchema, files []backfill.File) (*replayHandler, error) {
+	ch, ok := h.(*cdcHandler)
+	if !ok || len(f.SequenceBy) != 1 {
+		return nil, fmt.Errorf("replay_valid_to needs an auto_cdc flow with one sequence_by column")
+	}
+	rh := &replayHandler{cdcHandler: ch, validTo: rs.wanted.Index(f.ReplayValidTo), seq: rs.wanted.Index(f.SequenceBy[0]), starts: keySet{}}
+	var cols []batch.Column
+	for _, k := range f.Keys {
+		i := rs.wanted.Index(k)
+		if i < 0 {
+			return nil, fmt.Errorf("key column %s is not a column of the files read", k)
+		}
+		rh.keys = append(rh.keys, i)
+		cols = append(cols, rs.wanted.Columns[i])
+	}
+	if rh.validTo < 0 || rh.seq < 0 {
+		return nil, fmt.Errorf("replay_valid_to %s and sequence_by %s must be columns of the files read", f.ReplayValidTo, f.SequenceBy[0])
+	}
+	cols = append(cols, rs.wanted.Columns[rh.seq])
+	only := batch.Schema{Columns: cols}
+	var hive batch.Schema
+	for _, c := range cols {
+		if rs.inRead.Index(c.Name) >= 0 {
+			hive.Columns = append(hive.Columns, c)
+		}
+	}
+	keyIdx := make([]int, len(rh.keys))
+	for i := range keyIdx {
+		keyIdx[i] = i
+	}
+	for _, fl := range files {
+		rd, err := backfill.Open(fl, rs.format, only, backfill.ReadOptions{MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hive})
+		if err != nil {
+			return nil, err
+		}
+		for {
+			c, err := rd.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				rd.Close()
+				return nil, err
+			}
+			for i := range c.Batch.Len() {
+				rh.starts[pairKey(c.Batch, keyIdx, len(keyIdx), i)] = struct{}{}
+			}
+		}
+		rd.Close()
+	}
+	return rh, nil
+}
+
+// prepareChunk turns each legacy row into an upsert at its valid_from and,
+// when its version ended without a successor, a delete at its valid_to.
+func (h *replayHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*prepared, error) {
+	in := ch.Batch
+	n := in.Len()
+	out := batch.New(in.Schema, n*2)
+	input := cdc.Input{Batch: out, Positions: make([]cdc.Position, 0, 2*n), Ops: make([]cdc.Op, 0, 2*n)}
+	end := in.Vectors[h.validTo]
+	for i := range n {
+		pos := cdc.Position{Flow: h.flow.Name, File: ch.File, Offset: ch.Row(i)}
+		out.AppendRow(in, i)
+		input.Positions = append(input.Positions, pos)
+		input.Ops = append(input.Ops, cdc.OpUpsert)
+		if end.IsNull(i) {
+			continue
+		}
+		// The delete: the row with its sequence set to its valid_to.
+		out.AppendRow(in, i)
+		j := out.Len() - 1
+		seq := out.Vectors[h.seq]
+		seq.Truncate(j)
+		seq.AppendFrom(end, i)
+		if _, succeeded := h.starts[pairKey(out, h.keys, h.seq, j)]; succeeded {
+			out.Truncate(j)
+			continue
+		}
+		input.Positions = append(input.Positions, pos)
+		input.Ops = append(input.Ops, cdc.OpDelete)
+	}
+	return h.apply(ctx, input, ch.DeadLetters)
+}
