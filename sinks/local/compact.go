@@ -126,6 +126,10 @@ func (s *Sink) Compact(ctx context.Context, table string) error {
 	if err := syncDir(dir); err != nil {
 		return fmt.Errorf("local: compact %s: %w", table, err)
 	}
+	if err := s.crashAt("merged"); err != nil {
+		crashed = true
+		return err
+	}
 
 	unlock, err := s.lock(ctx)
 	if err != nil {

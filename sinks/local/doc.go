@@ -107,13 +107,15 @@
 //     changes a CDC target whose lease another Sink or process holds is
 //     discarded with sinks.ErrLeaseHeld.
 //  5. It appends the load's line (seq, load id, files, positions, counts,
-//     commit time) to _sluice/ledger.jsonl and fsyncs it. This is the commit
-//     point: a line cut short by a crash has no newline and is not committed.
+//     the partition folders it replaces, commit time) to
+//     _sluice/ledger.jsonl and fsyncs it. This is the commit point: a line
+//     cut short by a crash has no newline and is not committed.
 //  6. It publishes every committed load its tables lack, in seq order (its
 //     own, and any a dead writer left): for each table, a new version folder
-//     v<N+1> of hard links (the current version's files and the loads'
-//     staged files), fsynced; its manifest v<N+1>.json, whose "through" is
-//     the seq of the last load it holds, fsynced; the tables folder fsynced.
+//     v<N+1> of hard links (the current version's files, minus those in
+//     the partition folders a load replaces, and the loads' staged files),
+//     fsynced; its manifest v<N+1>.json, whose "through" is the seq of the
+//     last load it holds, fsynced; the tables folder fsynced.
 //     A CDC target gets one version per load: from the prepared files when
 //     the table is still at the version they were prepared on, else from
 //     files built now (under the lock) from the staged changes; with its
@@ -133,6 +135,25 @@
 // merged: every load up to "through" that wrote the table. Publishing is
 // idempotent: loads at or below "through" are skipped, for rows and for
 // states alike.
+//
+// # Replacing partitions
+//
+// A load's ReplacePartitions (replace.go; sinks.PartitionLoad, for a flow
+// with write: replace_partitions) lists partitions of an append target with
+// partition_by: each becomes its col=value/ folder, escaped as the data
+// folders are, nested for several columns. The load's ledger line records
+// them ("replace": per table, its folders). Publishing applies the loads in
+// seq order, each dropping from the version being built every file in its
+// folders (load files and compacted ones alike) before adding its own
+// files: a listed partition the load writes no row into has no folder
+// left; rows of partitions not listed are appended. One swap switches the
+// whole table, so a reader sees each partition wholly old or wholly new.
+// Because the folders are in the ledger line, Recover after a crash past
+// the commit point replaces the same ones; a load at or below "through" is
+// skipped as any other, so publishing twice changes nothing. A compaction
+// that merged files a replacement dropped meanwhile finds them gone from
+// the current manifest and is dropped (see Compaction), so it never brings
+// replaced rows back.
 //
 // GetState reads state.db in one read transaction. When the ledger holds a
 // load with states for the table above the file's "through" (its writer

@@ -34,6 +34,10 @@ type entry struct {
 	CommittedAt time.Time       `json:"committed_at"`
 	// Reset, when set, makes the line a reset (reset.go) rather than a load.
 	Reset *resetEntry `json:"reset,omitempty"`
+	// Replace lists the partition folders of append targets the load
+	// replaces (replace.go): publishing drops their files before adding
+	// the load's.
+	Replace []replaceEntry `json:"replace,omitempty"`
 }
 
 // stagedFile is a file a load staged for a table: layout.stagedFile(load,

@@ -28,8 +28,11 @@ type load struct {
 	// TruncateBelow, PutState), cdcOrder their tables in order.
 	cdc      map[string]*cdcStage
 	cdcOrder []string
-	err      error // a failed Write leaves a file half written: the load can only be aborted
-	done     bool
+	// replace holds, per append target, the partition folders the load
+	// replaces (ReplacePartitions).
+	replace map[string]map[string]bool
+	err     error // a failed Write leaves a file half written: the load can only be aborted
+	done    bool
 }
 
 // tableFiles are a load's staged files of one table: one, or one per
@@ -253,6 +256,9 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 		Rows:        c.Rows,
 		DeadLetters: c.DeadLetters,
 		Generation:  l.meta.Generation,
+	}
+	if len(l.replace) > 0 {
+		e.Replace = l.replaceEntries()
 	}
 	for _, t := range l.order {
 		tf := l.tables[t]

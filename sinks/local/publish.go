@@ -228,6 +228,9 @@ func (s *Sink) publishPending(ctx context.Context) error {
 				add(t, &pending[i])
 			}
 		}
+		for _, r := range pending[i].Replace {
+			add(r.Table, &pending[i])
+		}
 	}
 	tables := make([]string, 0, len(byTable))
 	for t := range byTable {
@@ -281,18 +284,25 @@ func (s *Sink) publishPending(ctx context.Context) error {
 	return nil
 }
 
+// publishTable publishes append loads of a table as one new version: the
+// current files, minus for each load (in seq order) the files in the
+// partition folders it replaces, plus its staged files.
 func (s *Sink) publishTable(table string, loads []*entry) error {
 	cur, err := s.current(table)
 	if err != nil {
 		return err
 	}
-	var add []fileEntry
+	files := slices.Clone(cur.Files)
+	var added, dropped int
 	srcs := map[string]string{}
 	through := cur.Through
 	for _, e := range loads {
 		if e.Seq <= cur.Through {
 			continue // published before a crash, or by another process
 		}
+		n := len(files)
+		files = dropReplaced(files, e.replaced(table))
+		dropped += n - len(files)
 		for _, f := range e.Files {
 			if f.Table != table {
 				continue
@@ -302,18 +312,20 @@ func (s *Sink) publishTable(table string, loads []*entry) error {
 			if _, err := os.Stat(src); err != nil {
 				return fmt.Errorf("committed load %s (seq %d): its staged file is gone: %w", e.LoadID, e.Seq, err)
 			}
-			add = append(add, fileEntry{Name: name, Rows: f.Rows, Bytes: f.Bytes, FirstSeq: e.Seq, LastSeq: e.Seq})
+			files = append(files, fileEntry{Name: name, Rows: f.Rows, Bytes: f.Bytes, FirstSeq: e.Seq, LastSeq: e.Seq})
 			srcs[name] = src
+			added++
 		}
 		through = e.Seq
 	}
-	if len(add) == 0 {
+	if added == 0 && dropped == 0 {
 		return nil
 	}
-	if _, err := s.nextVersion(table, cur, nil, add, srcs, through, "publish"); err != nil {
+	m := manifest{Version: cur.Version + 1, Through: through, Created: time.Now().UTC(), Buckets: cur.Buckets, Files: files}
+	if err := s.installVersion(table, m, srcs, "publish"); err != nil {
 		return err
 	}
-	s.log.Debug("published", "table", table, "loads", len(add), "through", through)
+	s.log.Debug("published", "table", table, "files", added, "replaced", dropped, "through", through)
 	return nil
 }
 

@@ -35,3 +35,7 @@ func TestConformanceWithLimits(t *testing.T) {
 func TestCDCConformance(t *testing.T) {
 	sinktest.RunCDC(t, conformanceFactory)
 }
+
+func TestReplaceConformance(t *testing.T) {
+	sinktest.RunReplace(t, conformanceFactory)
+}
