@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -177,17 +177,12 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 	stop := r.showProgress(progress, f)
 	defer stop()
 	var rows int64
+	start := make(map[string]int64, len(todo))
 	for _, fl := range todo {
-		start := pos[fl.Name].RowGroup
-		rd, err := rs.open(f, fl, start)
-		if err != nil {
-			return false, err
-		}
-		err = r.readFile(ctx, f, h, rd, fl.Name, start, progress, &rows, renew, nil)
-		rd.Close()
-		if err != nil {
-			return false, err
-		}
+		start[fl.Name] = pos[fl.Name].RowGroup
+	}
+	if err := r.loadFiles(ctx, f, h, rs, todo, start, func(name string) string { return name }, progress, &rows, renew, nil); err != nil {
+		return false, err
 	}
 	if len(todo) > 0 {
 		log.Info("files read", "files", len(todo), "rows", rows)
@@ -202,18 +197,22 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 	return false, nil
 }
 
-// readFile loads a file chunk by chunk, each chunk one load whose positions
-// (under the name pos) say how far the file was read. filter, when set,
-// changes each chunk before it is prepared.
-func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd backfill.Reader, pos string, from int64, progress *backfill.Progress, rows *int64, renew func(), filter func(*backfill.Chunk) error) error {
-	for {
-		ch, err := rd.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+// loadFiles loads files chunk by chunk: Parallel files (the source's
+// parallel) are read at once, and each chunk is one load whose positions,
+// under posName(file), say how far its file was read. start gives each
+// file's resume row. filter, when set, changes each chunk before it is
+// prepared.
+func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs readSchema, files []backfill.File, start map[string]int64,
+	posName func(string) string, progress *backfill.Progress, rows *int64, renew func(), filter func(*backfill.Chunk) error) error {
+	from := maps.Clone(start)
+	return backfill.ReadFiles(ctx, files, backfill.ReadFilesOptions{
+		Parallel: f.Source.Files.Parallel,
+		Open: func(_ context.Context, fl backfill.File) (backfill.Reader, error) {
+			return rs.open(f, fl, start[fl.Name])
+		},
+		Progress: progress,
+		Log:      r.log.With("flow", f.Name),
+	}, func(ctx context.Context, ch *backfill.Chunk) error {
 		if filter != nil {
 			if err := filter(ch); err != nil {
 				return fmt.Errorf("file %s: %w", ch.File, err)
@@ -223,8 +222,9 @@ func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd 
 		if err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
+		pos := posName(ch.File)
 		c := sinks.Commit{
-			From:        batch.Positions{{File: pos, RowGroup: from}},
+			From:        batch.Positions{{File: pos, RowGroup: from[ch.File]}},
 			To:          batch.Positions{{File: pos, RowGroup: ch.Next, Done: ch.Done}},
 			Rows:        p.rows,
 			DeadLetters: p.deadLetters,
@@ -239,11 +239,11 @@ func (r *runner) readFile(ctx context.Context, f *spec.Flow, h batchHandler, rd 
 		if err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
-		progress.Add(ch)
 		*rows += p.rows
-		from = ch.Next
+		from[ch.File] = ch.Next
 		renew()
-	}
+		return nil
+	})
 }
 
 // readSchema is how a files flow reads its files.

@@ -236,19 +236,11 @@ func (ir *incrementalRun) readWindow(ctx context.Context, files []backfill.File)
 		ir.see(seen)
 		return err
 	}
+	start := make(map[string]int64, len(todo))
 	for _, fl := range todo {
-		start := ir.pos[ir.posName(fl.Name)].RowGroup
-		rd, err := ir.rs.open(ir.f, fl, start)
-		if err != nil {
-			return err
-		}
-		err = ir.r.readFile(ctx, ir.f, ir.h, rd, ir.posName(fl.Name), start, ir.progress, &ir.rows, ir.renew, filter)
-		rd.Close()
-		if err != nil {
-			return err
-		}
+		start[fl.Name] = ir.pos[ir.posName(fl.Name)].RowGroup
 	}
-	return nil
+	return ir.r.loadFiles(ctx, ir.f, ir.h, ir.rs, todo, start, ir.posName, ir.progress, &ir.rows, ir.renew, filter)
 }
 
 // scanCursor reads a file's cursor column only, and passes the values in

@@ -269,6 +269,10 @@ type FilesSource struct {
 	Path    string   `yaml:"path"`    // required; relative to the spec's folder
 	Format  string   `yaml:"format"`  // parquet or jsonl; default from the path's extension
 	Columns []Column `yaml:"columns"` // parquet: optional; jsonl: default the target's declared columns
+	// Parallel is how many files are read at once (their chunks are loaded
+	// one at a time, in the order they are read); default the number of
+	// CPUs.
+	Parallel int `yaml:"parallel"`
 }
 
 // SnapshotsSource reads one full snapshot per {version} path segment.

@@ -550,6 +550,9 @@ func (c *checker) source(i int, f *Flow, kindOK bool, target *Table) {
 		c.columns(sp+".columns", k.Columns)
 	case s.Files != nil:
 		c.filesLike(sp, s.Files.Path, s.Files.Format, s.Files.Columns, false)
+		if c.written(sp+".parallel", s.Files.Parallel, nil) && s.Files.Parallel <= 0 {
+			c.add(sp+".parallel", "must be positive")
+		}
 	case s.Snapshots != nil:
 		c.filesLike(sp, s.Snapshots.Path, s.Snapshots.Format, s.Snapshots.Columns, true)
 	}
