@@ -41,7 +41,7 @@ func OpenCheckpoints(ctx context.Context, p *spec.Pipeline, sink sinks.Sink) (ch
 
 // Fingerprint identifies a flow's definition: a once-flow whose definition
 // changed after it completed is refused rather than silently skipped. Line
-// numbers do not count.
+// numbers and files.parallel do not count.
 func Fingerprint(f *spec.Flow) string {
 	raw, err := json.Marshal(f)
 	if err != nil {
@@ -62,6 +62,7 @@ func stripLines(v any) {
 	case map[string]any:
 		delete(x, "Line")
 		delete(x, "Column")
+		delete(x, "Parallel") // how many files are read at once changes no row
 		for _, e := range x {
 			stripLines(e)
 		}
