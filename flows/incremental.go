@@ -15,7 +15,8 @@ import (
 )
 
 // replaceLoadBytes bounds the source bytes of the partitions one
-// replace_partitions load rebuilds (a partition is never split).
+// replace_partitions load rebuilds (a partition is never split), unless the
+// flow sets batch.bytes.
 const replaceLoadBytes = 256 << 20
 
 // An incremental files flow reads, on each run, the rows of the window its
@@ -388,9 +389,13 @@ func (ir *incrementalRun) replacePartitions(ctx context.Context, files []backfil
 	ir.progress = backfill.NewProgress(todoFiles)
 	stop := ir.r.showProgress(ir.progress, ir.f)
 	defer stop()
+	limit := int64(replaceLoadBytes)
+	if ir.f.Batch.Bytes > 0 {
+		limit = ir.f.Batch.Bytes
+	}
 	for len(todo) > 0 {
 		n, size := 0, int64(0)
-		for n < len(todo) && (n == 0 || size+todo[n].bytes <= replaceLoadBytes) {
+		for n < len(todo) && (n == 0 || size+todo[n].bytes <= limit) {
 			size += todo[n].bytes
 			n++
 		}
