@@ -3,6 +3,7 @@ package integration
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,13 +12,19 @@ import (
 	"github.com/parquet-go/parquet-go"
 )
 
-// readColumn reads one column of every Parquet file in a table's folder with
-// parquet-go alone, the way any other Parquet reader sees the table. Nulls
-// come back as nil.
+// readColumn reads one column of every Parquet file in a table's folder
+// (and its partition folders) with parquet-go alone, the way any other
+// Parquet reader sees the table. Nulls come back as nil.
 func readColumn(t testing.TB, tableDir, column string) []parquet.Value {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(tableDir, "*.parquet"))
-	if err != nil {
+	var files []string
+	err := filepath.WalkDir(tableDir+"/", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Ext(path) == ".parquet" {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
 	var out []parquet.Value
