@@ -21,8 +21,9 @@ import (
 	"github.com/sluicehq/sluice/sinks/clickhouse"
 )
 
-// filesPollEvery is how often `run` looks for new files of a files flow.
-const filesPollEvery = 10 * time.Second
+// DefaultPollFiles is how often `run` looks for new files of a files or
+// snapshots flow (Options.PollFiles).
+const DefaultPollFiles = 10 * time.Second
 
 // OpenCheckpoints opens the pipeline's checkpoint store, in its destination:
 // _sluice_state in ClickHouse, <path>/_sluice/checkpoint.db locally.
@@ -78,7 +79,7 @@ func stripLines(v any) {
 // end) is in the ledger positions of the loads that read it, so a crash
 // resumes after the last committed chunk. A once-flow reads the files it
 // planned at its first start and then never again; another flow picks up
-// new files on every run (and, in run mode, every filesPollEvery).
+// new files on every run (and, in run mode, every Options.PollFiles).
 func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler) error {
 	// One process reads a flow's files at a time.
 	leaser, ok := r.sink.(sinks.Leaser)
@@ -101,7 +102,7 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 			if err := r.incrementalPass(ctx, f, h, renew, &sig); err != nil || r.opts.Mode == ModeUpdate {
 				return err
 			}
-			if err := sleep(ctx, filesPollEvery); err != nil {
+			if err := sleep(ctx, r.opts.PollFiles); err != nil {
 				return nil
 			}
 		}
@@ -111,7 +112,7 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 		if err != nil || r.opts.Mode == ModeUpdate || done {
 			return err
 		}
-		if err := sleep(ctx, filesPollEvery); err != nil {
+		if err := sleep(ctx, r.opts.PollFiles); err != nil {
 			return nil
 		}
 	}

@@ -315,3 +315,76 @@ flows:
 		})
 	}
 }
+
+// TestIncrementalRunMode: `run` starts a new incremental run when the files
+// change, and only then.
+func TestIncrementalRunMode(t *testing.T) {
+	dests := destinations(t)
+	for _, dname := range slices.Sorted(mapKeys(dests)) {
+		dest := dests[dname]
+		t.Run(dname, func(t *testing.T) {
+			t.Parallel()
+			s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
+  - name: sales
+    columns:
+      - {name: id, type: int64}
+      - {name: amount, type: int64}
+      - {name: day, type: date}
+    partition_by: [day]
+flows:
+  - name: daily
+    target: sales
+    kind: append
+    write: replace_partitions
+    source: {files: {path: "sales/day=*/*.parquet"}}
+    incremental: {cursor: day, lag: 1}
+`)
+			want := map[int][]int64{1: {1, 1}, 2: {1, 1}}
+			writeDay(t, s.dir, 1, 2, 1)
+			writeDay(t, s.dir, 2, 2, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			sink, err := flows.OpenSink(ctx, s.p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sink.Close()
+			done := make(chan error, 1)
+			go func() {
+				done <- flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeRun, PollFiles: 50 * time.Millisecond,
+					HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
+			}()
+			waitRows := func(what string, want []string) {
+				t.Helper()
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					var got []string
+					if b, err := sink.Scan(ctx, "sales"); err == nil {
+						got = rowStrings(b.Select("id", "amount", "day"))
+					}
+					if slices.Equal(got, want) {
+						return
+					}
+					if time.Now().After(deadline) {
+						cancel()
+						t.Fatalf("%s: %q, want %q", what, got, want)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			waitRows("first run", saleRows(want))
+			writeDay(t, s.dir, 2, 3, 2)
+			writeDay(t, s.dir, 3, 1, 2)
+			want[2], want[3] = []int64{2, 2, 2}, []int64{2}
+			waitRows("after new files", saleRows(want))
+			runs := s.cursor("daily").Runs
+			time.Sleep(500 * time.Millisecond) // ten polls without a change
+			if got := s.cursor("daily").Runs; got != runs {
+				t.Errorf("runs went from %d to %d without a file changing", runs, got)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		})
+	}
+}

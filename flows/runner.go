@@ -74,6 +74,10 @@ type Options struct {
 	// backfill.DefaultProgressInterval. nil: log lines only.
 	Progress io.Writer
 
+	// PollFiles is how often run looks for new files of files and
+	// snapshots flows; default DefaultPollFiles.
+	PollFiles time.Duration
+
 	// Consumer, when set, adjusts each flow's consumer configuration after
 	// sluice derived it from the spec (tests shorten timeouts with it).
 	Consumer func(*consumer.Config)
@@ -108,6 +112,9 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 	}
 	if opts.HeartbeatTTL <= 0 {
 		opts.HeartbeatTTL = DefaultHeartbeatTTL
+	}
+	if opts.PollFiles <= 0 {
+		opts.PollFiles = DefaultPollFiles
 	}
 	log := opts.Logger
 	if log == nil {

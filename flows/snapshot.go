@@ -42,7 +42,7 @@ func (r *runner) runSnapshotFlow(ctx context.Context, f *spec.Flow, t *cdcTarget
 		if err := r.snapshotPass(ctx, f, t, log); err != nil || r.opts.Mode == ModeUpdate {
 			return err
 		}
-		if err := sleep(ctx, filesPollEvery); err != nil {
+		if err := sleep(ctx, r.opts.PollFiles); err != nil {
 			return nil
 		}
 	}
