@@ -406,11 +406,17 @@ func (s *Sink) insertRow(ctx context.Context, l *load, c sinks.Commit, at time.T
 	if s.feat.dateTime64 {
 		ts, tsArg = "toDateTime64(?, 6, 'UTC')", at.UTC().Format("2006-01-02 15:04:05.000000")
 	}
-	q := "INSERT INTO " + s.table(batch.LoadsTable) +
-		" (load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, from_positions, slot, committed_us)" +
-		" SELECT ?, ?, ?, ?, ?, ?, ?, ?, " + ts + ", ?, ?, ? FROM " + s.table(markerName(l.enc))
+	cols, vals := "", ""
 	args := []any{l.meta.LoadID, l.meta.Pipeline, l.meta.Flow, strings.Join(l.meta.Targets, ","), c.To.Encode(),
 		c.Rows, c.DeadLetters, l.meta.Generation, tsArg, c.From.Encode(), ledgerSlot(c.To), at.Nanosecond() / 1000}
+	if len(l.replace) > 0 {
+		// The partitions to replace are committed with the load (replace.go).
+		cols, vals = ", "+quote(replacedColumn), ", ?"
+		args = append(args, encodeReplaced(l.replace))
+	}
+	q := "INSERT INTO " + s.table(batch.LoadsTable) +
+		" (load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, from_positions, slot, committed_us" + cols + ")" +
+		" SELECT ?, ?, ?, ?, ?, ?, ?, ?, " + ts + ", ?, ?, ?" + vals + " FROM " + s.table(markerName(l.enc))
 	for i, name := range l.locks {
 		if i == 0 {
 			q += " WHERE "

@@ -81,7 +81,7 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 		{"create " + batch.LoadsTable, "CREATE TABLE IF NOT EXISTS " + s.table(batch.LoadsTable) + ` (
 	load_id String, pipeline String, flow String, targets String, positions String,
 	rows Int64, dead_letters Int64, generation Int64, committed_at ` + ts + `,
-	from_positions String, slot String, committed_us UInt32
+	from_positions String, slot String, committed_us UInt32, ` + quote(replacedColumn) + ` String
 ) ENGINE = MergeTree ORDER BY (pipeline, flow, slot, committed_at, load_id)`},
 		{"create " + batch.DeadLettersTable, s.createSQL(batch.DeadLettersTable, batch.DeadLetterSchema.Columns,
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
@@ -107,6 +107,9 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 		if err := s.exec(ctx, st.what, st.sql); err != nil {
 			return err
 		}
+	}
+	if err := s.ensureReplacedColumn(ctx); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.systemReady = true

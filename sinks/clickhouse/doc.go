@@ -5,7 +5,11 @@
 // full refreshes), stages each load in
 // staging tables, commits it by one row in _sluice_loads, publishes it with
 // ATTACH PARTITION ... FROM, and recovers what stopped processes left behind
-// (at start, and in a background cleanup while the sink is open).
+// (at start, and in a background cleanup while the sink is open). A load of
+// an append target with partition_by may replace whole partitions
+// (sinks.PartitionLoad, replace.go): the partition ids it lists are
+// committed in its ledger row, and it is published with REPLACE PARTITION
+// ... FROM for them, which recovery finishes like an attach.
 //
 // A CDC target (SCD type 1 or 2) is a ReplacingMergeTree physical table of
 // row versions and removal markers under a view that shows its logical

@@ -49,6 +49,11 @@ type load struct {
 	locks  []string            // lock views held while committing
 	todo   unresolved          // while in s.pending
 	cdc    map[string]*loadCDC // CDC target -> what the load wrote to it
+
+	// Partitions to replace (replace.go).
+	replace    map[string][]string // table -> sorted partition ids listed by ReplacePartitions
+	plists     map[string]bool     // list tables that may exist (recorded before their CREATE)
+	replaceErr error               // the first failure of ReplacePartitions: the load cannot commit
 }
 
 // Begin starts a load: it creates the load's marker view, which the commit
@@ -286,6 +291,9 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 		s.discard(context.WithoutCancel(ctx), l)
 		return err
 	}
+	if l.replaceErr != nil {
+		return fail(fmt.Errorf("clickhouse: commit load %s: a replacement of partitions failed earlier: %w", l.meta.LoadID, l.replaceErr))
+	}
 	if err := s.resolvePending(ctx); err != nil {
 		return fail(err)
 	}
@@ -369,7 +377,7 @@ func (s *Sink) dropLoad(ctx context.Context, l *load) error {
 		delete(l.stages, table)
 		delete(l.unsure, table)
 	}
-	return nil
+	return s.dropPlists(ctx, l)
 }
 
 // Abort drops the load's marker and staging tables.
@@ -448,10 +456,13 @@ func (s *Sink) resolve(ctx context.Context, l *load) error {
 	switch l.todo {
 	case unpublished:
 		for _, table := range sortedKeys(l.stages) {
-			if err := s.rollForward(ctx, l.enc, l.meta.LoadID, table); err != nil {
+			if err := s.rollForward(ctx, l.enc, l.meta.LoadID, table, l.replace[table]); err != nil {
 				return err
 			}
 			delete(l.stages, table)
+		}
+		if err := s.dropPlists(ctx, l); err != nil {
+			return err
 		}
 		return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
 	case undiscarded:

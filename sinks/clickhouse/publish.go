@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
@@ -12,7 +13,8 @@ import (
 
 const codeIncompatibleColumns = 122
 
-// publish attaches every partition of the load's staging tables to their
+// publish replaces the partitions the load lists (see replace.go) and
+// attaches every other partition of the load's staging tables to their
 // targets, then drops them and the marker. When recovery has taken the
 // publication over (a staging table is gone), publishing is its job.
 func (s *Sink) publish(ctx context.Context, l *load) error {
@@ -22,8 +24,18 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 		if err != nil {
 			return err
 		}
+		listed := l.replace[table]
+		steps := make([]func() error, 0, len(listed)+len(pids))
+		for _, pid := range listed {
+			steps = append(steps, func() error { return s.replace(ctx, table, stage, pid) })
+		}
 		for _, pid := range pids {
-			err := s.attach(ctx, table, stage, pid)
+			if !slices.Contains(listed, pid) {
+				steps = append(steps, func() error { return s.attach(ctx, table, stage, pid) })
+			}
+		}
+		for _, step := range steps {
+			err := step()
 			if gone(err) {
 				// Either recovery renamed the staging table (it publishes
 				// the load now), or the target itself is gone.
@@ -44,19 +56,28 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 			return err
 		}
 		delete(l.stages, table)
-		s.log.Debug("load published", "load", l.meta.LoadID, "table", table, "partitions", len(pids))
+		s.log.Debug("load published", "load", l.meta.LoadID, "table", table, "partitions", len(pids), "replaced", len(listed))
+	}
+	if err := s.dropPlists(ctx, l); err != nil {
+		return err
 	}
 	return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
 }
 
-// attach attaches one partition of a staging table to its target. A
-// staging table created before Ensure added nullable columns to the target
-// gets them too, then the attach is tried again.
+// attach attaches one partition of a staging table to its target.
 func (s *Sink) attach(ctx context.Context, table, stage, pid string) error {
+	return s.movePartition(ctx, "ATTACH", table, stage, pid)
+}
+
+// movePartition attaches (verb ATTACH) or replaces (REPLACE) one partition
+// of a target from a staging table. A staging table created before Ensure
+// added nullable columns to the target gets them too, then the statement is
+// tried again.
+func (s *Sink) movePartition(ctx context.Context, verb, table, stage, pid string) error {
 	if !validPartitionID(pid) {
 		return fmt.Errorf("clickhouse: staging table %s has partition id %q, which sluice cannot name", stage, pid)
 	}
-	stmt := "ALTER TABLE " + s.table(table) + " ATTACH PARTITION ID '" + pid + "' FROM " + s.table(stage)
+	stmt := "ALTER TABLE " + s.table(table) + " " + verb + " PARTITION ID '" + pid + "' FROM " + s.table(stage)
 	err := s.conn.Exec(ctx, stmt)
 	if isCode(err, codeIncompatibleColumns) {
 		if aerr := s.alignStage(ctx, table, stage); aerr != nil {
@@ -65,7 +86,7 @@ func (s *Sink) attach(ctx context.Context, table, stage, pid string) error {
 		err = s.conn.Exec(ctx, stmt)
 	}
 	if err != nil {
-		return fmt.Errorf("clickhouse: attach partition %s of %s to %s: %w", pid, stage, table, err)
+		return fmt.Errorf("clickhouse: %s partition %s of %s to %s: %w", strings.ToLower(verb), pid, stage, table, err)
 	}
 	return nil
 }
@@ -169,10 +190,13 @@ func (s *Sink) loadPartitions(ctx context.Context, table, loadID string) (map[st
 
 // rollForward publishes a committed load's staging table of one target on
 // behalf of whoever staged it. It first renames the staging table (fencing
-// the previous publisher: its next ATTACH names a table that is gone) and
-// waits for queries still using the old name, then attaches exactly the
-// partitions the target holds no rows of the load in, then drops it.
-func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string) error {
+// the previous publisher: its next ATTACH or REPLACE names a table that is
+// gone) and waits for queries still using the old name, then replaces the
+// listed partitions (the ids in listed) and attaches the others, except
+// those the target holds rows of the load in, then drops it. A replaced
+// partition holding rows of the load was replaced already: REPLACE swaps a
+// whole partition at once, and nothing else puts the load's rows there.
+func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string, listed []string) error {
 	var cur, next string
 	for attempt := 0; ; attempt++ {
 		stages, err := s.stagesOf(ctx, enc, table)
@@ -207,9 +231,24 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string) error
 	if err != nil {
 		return err
 	}
+	done, replaced := 0, 0
+	for _, pid := range listed {
+		if published[pid] {
+			done++
+			continue
+		}
+		if err := s.replace(ctx, table, next, pid); err != nil {
+			return err
+		}
+		replaced++
+	}
 	attached := 0
 	for _, pid := range pids {
+		if slices.Contains(listed, pid) {
+			continue
+		}
 		if published[pid] {
+			done++
 			continue
 		}
 		if err := s.attach(ctx, table, next, pid); err != nil {
@@ -221,7 +260,7 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string) error
 		return err
 	}
 	s.log.Info("committed load published by recovery", "load", loadID, "table", table,
-		"partitions", len(pids), "already_published", len(pids)-attached)
+		"attached", attached, "replaced", replaced, "already_published", done)
 	return nil
 }
 

@@ -61,6 +61,7 @@ type loadObjects struct {
 	marker    bool
 	markerAge time.Duration
 	stages    map[string]time.Duration // staging table name -> age
+	plists    map[string]time.Duration // partition list table name -> age (replace.go)
 }
 
 // maintain finishes what stopped processes left: committed loads are
@@ -100,6 +101,12 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 	for name, age := range ages {
 		if _, enc, _, ok := parseStage(name); ok {
 			get(enc).stages[name] = age
+		} else if enc, _, ok := parsePlist(name); ok {
+			lo := get(enc)
+			if lo.plists == nil {
+				lo.plists = map[string]time.Duration{}
+			}
+			lo.plists[name] = age
 		} else if enc, ok := parseMarker(name); ok {
 			lo := get(enc)
 			lo.marker, lo.markerAge = true, age
@@ -155,6 +162,9 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 			for _, a := range lo.stages {
 				age = min(age, a)
 			}
+			for _, a := range lo.plists {
+				age = min(age, a)
+			}
 		}
 		if done {
 			// A committed load is its writer's to publish while the writer
@@ -190,6 +200,11 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 				return err
 			}
 		}
+		for _, name := range sortedKeys(lo.plists) {
+			if err := s.exec(ctx, "drop partition list", s.dropStmt(name)); err != nil {
+				return err
+			}
+		}
 		s.log.Info("uncommitted load of a stopped process removed", "load", lo.id, "staging_tables", len(lo.stages))
 	}
 	slices.Sort(locks)
@@ -221,7 +236,8 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 	return nil
 }
 
-// finishCommitted publishes a committed load's staging tables and drops its
+// finishCommitted publishes a committed load's staging tables, replacing
+// the partitions its ledger row lists, and drops its list tables and
 // marker.
 func (s *Sink) finishCommitted(ctx context.Context, lo *loadObjects) error {
 	tables := map[string]bool{}
@@ -230,8 +246,20 @@ func (s *Sink) finishCommitted(ctx context.Context, lo *loadObjects) error {
 			tables[table] = true
 		}
 	}
+	var listed map[string][]string
+	if len(tables) > 0 {
+		var err error
+		if listed, err = s.ledgerReplaced(ctx, lo.id); err != nil {
+			return err
+		}
+	}
 	for _, table := range sortedKeys(tables) {
-		if err := s.rollForward(ctx, lo.enc, lo.id, table); err != nil {
+		if err := s.rollForward(ctx, lo.enc, lo.id, table, listed[table]); err != nil {
+			return err
+		}
+	}
+	for _, name := range sortedKeys(lo.plists) {
+		if err := s.exec(ctx, "drop partition list", s.dropStmt(name)); err != nil {
 			return err
 		}
 	}
