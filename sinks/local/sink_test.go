@@ -37,5 +37,5 @@ func TestCDCConformance(t *testing.T) {
 }
 
 func TestReplaceConformance(t *testing.T) {
-	sinktest.RunReplace(t, conformanceFactory)
+	sinktest.RunReplace(t, conformanceFactory, sinktest.NullablePartitions())
 }

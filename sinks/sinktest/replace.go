@@ -22,6 +22,10 @@ import (
 // sink's own tests: the suite has no hook to stop a commit there. opts are
 // Run's; the suite's values fit every destination's limits.
 func RunReplace(t *testing.T, newDestination Factory, opts ...Option) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
 	tests := []struct {
 		name string
 		run  func(t *testing.T, h *harness)
@@ -39,6 +43,12 @@ func RunReplace(t *testing.T, newDestination Factory, opts ...Option) {
 		{"unfinished_replacement_changes_nothing", testReplaceUnfinished},
 		{"refusals", testReplaceRefused},
 	}
+	if c.nullablePartitions {
+		tests = append(tests, struct {
+			name string
+			run  func(t *testing.T, h *harness)
+		}{"null_partition", testReplaceNull})
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &harness{t: t, open: newDestination(t)}
@@ -50,9 +60,10 @@ func RunReplace(t *testing.T, newDestination Factory, opts ...Option) {
 
 // Partition columns of the suite's tables.
 var (
-	dayCol    = batch.Column{Name: "day", Type: batch.Date}
-	regionCol = batch.Column{Name: "region", Type: batch.String, Nullable: true}
-	shardCol  = batch.Column{Name: "shard", Type: batch.Int64}
+	dayCol     = batch.Column{Name: "day", Type: batch.Date}
+	regionCol  = batch.Column{Name: "region", Type: batch.String}
+	nregionCol = batch.Column{Name: "region", Type: batch.String, Nullable: true}
+	shardCol   = batch.Column{Name: "shard", Type: batch.Int64}
 )
 
 // partitioned returns a table of columns id, the partition columns, gen
@@ -73,6 +84,7 @@ var (
 	byRegion     = partitioned("events_by_region", regionCol)
 	byShard      = partitioned("events_by_shard", shardCol)
 	byDayRegion  = partitioned("events_by_day_region", dayCol, regionCol)
+	byNRegion    = partitioned("events_by_nregion", nregionCol)
 	day1, day2   = batch.DateFromTime(time.Date(2024, 2, 28, 0, 0, 0, 0, time.UTC)), batch.DateFromTime(time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC))
 	day3, day4   = batch.DateFromTime(time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)), batch.DateFromTime(time.Date(2024, 3, 2, 0, 0, 0, 0, time.UTC))
 	escapedValue = "a/b=c%d:e"
@@ -368,23 +380,36 @@ func testReplaceCalls(t *testing.T, h *harness) {
 func testReplaceStrings(t *testing.T, h *harness) {
 	s := h.sink()
 	ensure(t, s, byRegion)
-	// "a" is a prefix of the escaped value; "" and NULL may share a folder
-	// in some destinations, so they are always listed together.
+	// "a" is a prefix of the escaped value.
 	r1 := [][]prow{prows(0, 2, 1, escapedValue), prows(2, 4, 1, "a"), prows(4, 6, 1, "héllo wörld"),
-		prows(6, 8, 1, nil), prows(8, 10, 1, "")}
+		prows(8, 10, 1, "")}
 	l1 := h.mustReplace(s, byRegion, writePart(byRegion, r1...))
 	r2 := prows(2, 3, 2, escapedValue)
 	l2 := h.mustReplace(s, byRegion, replaceParts(byRegion, part(escapedValue)), writePart(byRegion, r2))
 	h.expectEverywhere(s, byRegion, "after replacing "+escapedValue,
-		loaded{l1, r1[1]}, loaded{l1, r1[2]}, loaded{l1, r1[3]}, loaded{l1, r1[4]}, loaded{l2, r2})
-	r3 := [][]prow{prows(20, 21, 3, nil), prows(21, 22, 3, "")}
-	l3 := h.mustReplace(s, byRegion, replaceParts(byRegion, part(nil), part("")), writePart(byRegion, r3...))
-	h.expectEverywhere(s, byRegion, "after replacing NULL and the empty string",
-		loaded{l1, r1[1]}, loaded{l1, r1[2]}, loaded{l2, r2}, loaded{l3, r3[0]}, loaded{l3, r3[1]})
+		loaded{l1, r1[1]}, loaded{l1, r1[2]}, loaded{l1, r1[3]}, loaded{l2, r2})
+	r3 := [][]prow{prows(21, 22, 3, "")}
+	l3 := h.mustReplace(s, byRegion, replaceParts(byRegion, part("")), writePart(byRegion, r3...))
+	h.expectEverywhere(s, byRegion, "after replacing the empty string",
+		loaded{l1, r1[1]}, loaded{l1, r1[2]}, loaded{l2, r2}, loaded{l3, r3[0]})
 	r4 := prows(30, 31, 4, "héllo wörld")
 	l4 := h.mustReplace(s, byRegion, replaceParts(byRegion, part("héllo wörld"), part("a")), writePart(byRegion, r4))
 	h.expectEverywhere(s, byRegion, "after replacing a and héllo wörld",
-		loaded{l2, r2}, loaded{l3, r3[0]}, loaded{l3, r3[1]}, loaded{l4, r4})
+		loaded{l2, r2}, loaded{l3, r3[0]}, loaded{l4, r4})
+}
+
+// testReplaceNull runs for destinations with nullable partition columns
+// (NullablePartitions): "" and NULL may share a partition there, so they are
+// always listed together.
+func testReplaceNull(t *testing.T, h *harness) {
+	s := h.sink()
+	ensure(t, s, byNRegion)
+	r1 := [][]prow{prows(0, 2, 1, "a"), prows(6, 8, 1, nil), prows(8, 10, 1, "")}
+	l1 := h.mustReplace(s, byNRegion, writePart(byNRegion, r1...))
+	r2 := [][]prow{prows(20, 21, 2, nil), prows(21, 22, 2, "")}
+	l2 := h.mustReplace(s, byNRegion, replaceParts(byNRegion, part(nil), part("")), writePart(byNRegion, r2...))
+	h.expectEverywhere(s, byNRegion, "after replacing NULL and the empty string",
+		loaded{l1, r1[0]}, loaded{l2, r2[0]}, loaded{l2, r2[1]})
 }
 
 func testReplaceInts(t *testing.T, h *harness) {
@@ -405,16 +430,16 @@ func testReplaceTwoColumns(t *testing.T, h *harness) {
 	ensure(t, s, byDayRegion)
 	r1 := [][]prow{
 		prows(0, 2, 1, day1, "x"), prows(2, 4, 1, day1, "y"), prows(4, 6, 1, day2, "x"),
-		prows(6, 8, 1, day1, escapedValue), prows(8, 10, 1, day2, nil),
+		prows(6, 8, 1, day1, escapedValue), prows(8, 10, 1, day2, ""),
 	}
 	l1 := h.mustReplace(s, byDayRegion, writePart(byDayRegion, r1...))
-	// (day 1, x) and (day 2, NULL) are replaced; (day 1, y) and (day 2, x)
+	// (day 1, x) and (day 2, "") are replaced; (day 1, y) and (day 2, x)
 	// share one value with them and stay.
-	r2 := [][]prow{prows(20, 21, 2, day1, "x"), prows(21, 23, 2, day2, nil)}
+	r2 := [][]prow{prows(20, 21, 2, day1, "x"), prows(21, 23, 2, day2, "")}
 	l2 := h.mustReplace(s, byDayRegion,
-		replaceParts(byDayRegion, part(day1, "x"), part(day2, nil), part(day2, "")),
+		replaceParts(byDayRegion, part(day1, "x"), part(day2, "")),
 		writePart(byDayRegion, r2...))
-	h.expectEverywhere(s, byDayRegion, "after replacing (day 1, x) and (day 2, NULL)",
+	h.expectEverywhere(s, byDayRegion, "after replacing (day 1, x) and (day 2, \"\")",
 		loaded{l1, r1[1]}, loaded{l1, r1[2]}, loaded{l1, r1[3]}, loaded{l2, r2[0]}, loaded{l2, r2[1]})
 	// Listing (day 1, escaped) with no rows empties it; rows of (day 3, y)
 	// are appended.

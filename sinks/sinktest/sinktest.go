@@ -32,6 +32,8 @@ type Option func(*config)
 type config struct {
 	tsPrecision      time.Duration
 	minTime, maxTime time.Time
+	// nullablePartitions, for RunReplace: see NullablePartitions.
+	nullablePartitions bool
 	// crashReset, for RunReset: see CrashReset.
 	crashReset func(t *testing.T, s sinks.Sink, tables, flows []string)
 }
@@ -40,6 +42,11 @@ type config struct {
 // example time.Second); values are compared truncated to it. Default one
 // microsecond: exact.
 func TimestampPrecision(d time.Duration) Option { return func(c *config) { c.tsPrecision = d } }
+
+// NullablePartitions says that the destination allows nullable partition_by
+// columns (ClickHouse does not); RunReplace then replaces a NULL partition
+// too.
+func NullablePartitions() Option { return func(c *config) { c.nullablePartitions = true } }
 
 // TimeRange says that the destination stores timestamps and dates only from
 // min to max (ClickHouse 18.16's DateTime: 1970 to 2106); the suite's values
