@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"strconv"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
-	"github.com/sluicehq/sluice/sinks"
 )
 
 // versionColumn carries a snapshot's version as the sequence of its rows.
@@ -148,16 +145,19 @@ func inferVersionType(text string) batch.Type {
 	return batch.String
 }
 
-// applySnapshot reads one snapshot whole and applies it in one load.
+// applySnapshot applies one snapshot in one load, without holding the
+// snapshot or the target in memory: its rows are spilled to disk by a hash
+// of their key, and so are (SCD type 2) the target's current keys; then
+// each bucket of parts goes through the engine on its own, and its output
+// is staged into the one load, which commits the whole version at once
+// (see snapshot_bucket.go).
 func (r *runner) applySnapshot(ctx context.Context, f *spec.Flow, t *cdcTarget, v snapshotVersion) error {
-	rows, err := r.readSnapshot(f, v)
+	src, format, err := r.snapshotSource(f, v)
 	if err != nil {
 		return err
 	}
-	src := rows.Schema
 	// The version is the sequence of every event of the snapshot.
 	withVersion := batch.Schema{Columns: append(append([]batch.Column(nil), src.Columns...), batch.Column{Name: versionColumn, Type: v.value.Type})}
-	scd2 := f.StoredAsSCDType == 2
 	cfg := cdc.Config{
 		Pipeline: r.p.Pipeline, Flow: f.Name, Target: f.Target,
 		Source: withVersion, Table: t.table.Schema,
@@ -172,108 +172,37 @@ func (r *runner) applySnapshot(ctx context.Context, f *spec.Flow, t *cdcTarget, 
 	if err != nil {
 		return err
 	}
-
-	// SN2: a key twice means nothing of the snapshot applies.
-	seen := make(map[string]bool, rows.Len())
-	for i := range rows.Len() {
-		k, err := eng.KeyOf(rows, i)
-		if err != nil {
-			return err
-		}
-		if seen[k] {
-			return fmt.Errorf("%w (row %d): nothing of it applied", ErrDuplicateKey, i+1)
-		}
-		seen[k] = true
-	}
-
-	in := cdc.Input{Batch: batch.New(withVersion, rows.Len()+1)}
-	addRow := func(from *batch.Batch, i int, op cdc.Op) {
-		for c := range src.Columns {
-			if from == nil {
-				in.Batch.Vectors[c].AppendNull()
-			} else {
-				in.Batch.Vectors[c].AppendFrom(from.Column(src.Columns[c].Name), i)
-			}
-		}
-		v.value.AppendTo(in.Batch.Vectors[len(src.Columns)], 1)
-		in.Ops = append(in.Ops, op)
-		in.Positions = append(in.Positions, cdc.Position{Flow: f.Name, File: v.text, Offset: int64(len(in.Positions))})
-	}
-	if !scd2 {
-		addRow(nil, 0, cdc.OpTruncate)
-	} else {
-		// Every current key the snapshot lacks is deleted at the version.
-		cur, err := r.sink.Scan(ctx, f.Target)
-		if err != nil && !errors.Is(err, sinks.ErrUnknownTable) {
-			return err
-		}
-		if cur != nil {
-			end := cur.Column(cdc.EndAtColumn)
-			for i := range cur.Len() {
-				if end != nil && !end.IsNull(i) {
-					continue
-				}
-				k, err := eng.KeyOf(cur, i)
-				if err != nil {
-					return err
-				}
-				if !seen[k] {
-					addRow(keysOnly(cur, f.Keys, src), i, cdc.OpDelete)
-				}
-			}
-		}
-	}
-	for i := range rows.Len() {
-		addRow(rows, i, cdc.OpUpsert)
-	}
-	in.Now = time.Now()
-
-	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng}
-	p, err := h.apply(ctx, in, nil)
-	if err != nil {
+	a := &snapshotApply{r: r, flow: f, target: t, version: v, cfg: cfg, src: src, withVersion: withVersion, keyer: eng}
+	defer a.cleanup()
+	if err := a.spillSnapshot(ctx, format); err != nil {
 		return err
 	}
-	c := sinks.Commit{To: batch.Positions{{File: "snapshot:" + v.text, Done: true}}, Rows: p.rows}
-	_, err = r.loadPrepared(ctx, f, 0, p, c)
-	if p.done != nil {
-		p.done(err == nil)
+
+	// From reading the target's keys to the end of the load, the target is
+	// this flow's: no other flow's batch applies in between.
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer t.cache.Reset() // the load's outputs are not kept to commit into it
+	if f.StoredAsSCDType == 2 {
+		if err := a.spillTargetKeys(ctx); err != nil {
+			return err
+		}
 	}
-	if p.unlock != nil {
-		p.unlock()
-	}
-	return err
+	return a.load(ctx)
 }
 
-// keysOnly returns a batch of the source schema's shape holding the key
-// columns of the target's rows (other columns null) for delete events.
-func keysOnly(cur *batch.Batch, keys []string, src batch.Schema) *batch.Batch {
-	out := &batch.Batch{Schema: src, Vectors: make([]*batch.Vector, len(src.Columns))}
-	n := cur.Len()
-	for c, col := range src.Columns {
-		if v := cur.Column(col.Name); v != nil && slices.Contains(keys, col.Name) {
-			out.Vectors[c] = v
-			continue
-		}
-		v := batch.NewVector(col.Type, n)
-		for range n {
-			v.AppendNull()
-		}
-		out.Vectors[c] = v
-	}
-	return out
-}
-
-// readSnapshot reads every file of a snapshot into one batch.
-func (r *runner) readSnapshot(f *spec.Flow, v snapshotVersion) (*batch.Batch, error) {
+// snapshotSource returns the columns a snapshot's files are read with,
+// and their format.
+func (r *runner) snapshotSource(f *spec.Flow, v snapshotVersion) (batch.Schema, string, error) {
 	wanted := f.SourceSchema()
 	if len(wanted.Columns) == 0 && len(v.files) > 0 {
 		var err error
 		if wanted, err = backfill.ParquetSchema(v.files[0].Path); err != nil {
-			return nil, err
+			return batch.Schema{}, "", err
 		}
 	}
 	if len(wanted.Columns) == 0 {
-		return nil, errors.New("no files and no declared columns")
+		return batch.Schema{}, "", errors.New("no files and no declared columns")
 	}
 	format := ""
 	switch {
@@ -288,33 +217,7 @@ func (r *runner) readSnapshot(f *spec.Flow, v snapshotVersion) (*batch.Batch, er
 			format = backfill.FormatOf(f.Source.Files.Path)
 		}
 	}
-	out := batch.New(wanted, 0)
-	for _, fl := range v.files {
-		rd, err := backfill.Open(fl, format, wanted, backfill.ReadOptions{})
-		if err != nil {
-			return nil, err
-		}
-		for {
-			ch, err := rd.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				rd.Close()
-				return nil, err
-			}
-			if len(ch.DeadLetters) > 0 {
-				rd.Close()
-				d := ch.DeadLetters[0]
-				return nil, fmt.Errorf("file %s row %s: %s: a snapshot applies whole or not at all", d.Source, d.Position, d.Error)
-			}
-			for i := range ch.Batch.Len() {
-				out.AppendRow(ch.Batch, i)
-			}
-		}
-		rd.Close()
-	}
-	return out, nil
+	return wanted, format, nil
 }
 
 // resolveSnapshotSchemas gives an SCD type 2 target that only snapshot
