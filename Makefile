@@ -29,7 +29,7 @@ vet:
 	$(GO) vet ./...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./integration/ -timeout 30m
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./integration/ -timeout 90m
 	$(GO) test -run '^$$' -bench . -benchmem ./flows/decode/ ./sinks/local/ -timeout 30m
 
 demo:
