@@ -376,10 +376,18 @@ flows:
 			writeDay(t, s.dir, 3, 1, 2)
 			want[2], want[3] = []int64{2, 2, 2}, []int64{2}
 			waitRows("after new files", saleRows(want))
-			runs := s.cursor("daily").Runs
+			// The run stores its cursor after its last load.
+			deadline := time.Now().Add(30 * time.Second)
+			for st := s.cursor("daily"); st.Runs != 2 || st.LastValue != "2024-03-03"; st = s.cursor("daily") {
+				if time.Now().After(deadline) {
+					cancel()
+					t.Fatalf("cursor %+v, want last_value 2024-03-03 after 2 runs", st)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			time.Sleep(500 * time.Millisecond) // ten polls without a change
-			if got := s.cursor("daily").Runs; got != runs {
-				t.Errorf("runs went from %d to %d without a file changing", runs, got)
+			if got := s.cursor("daily").Runs; got != 2 {
+				t.Errorf("runs went from 2 to %d without a file changing", got)
 			}
 			cancel()
 			if err := <-done; err != nil {
