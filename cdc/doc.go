@@ -59,7 +59,9 @@
 //
 // TableState holds the truncates. States are immutable once returned;
 // MarshalBinary names the columns a state's values follow, so a state
-// survives columns being added or removed.
+// survives columns being added or removed. An Output's states and the
+// Cache hold only that encoding (compact, and free of pointers for the
+// garbage collector); an engine decodes a state when it reads it.
 //
 // tombstone_retention bounds the state in processing time. A delete older
 // than it is forgotten (SCD type 1, with the upserts it cut off; SCD type 2,

@@ -145,7 +145,9 @@ type Engine struct {
 	newVers []version
 	arena   []value // values materialized or resolved for the key being applied
 	used    int
-	intern  map[string]string
+	encBuf  []byte  // the encoding of the state being built
+	decEv   []event // the events of the stored state being applied
+	decVals []value // and their values
 }
 
 // New returns an engine for cfg reading committed state from store
@@ -167,7 +169,7 @@ func New(cfg Config, store StateStore) (*Engine, error) {
 	if ret <= 0 {
 		ret = DefaultTombstoneRetention
 	}
-	return &Engine{cfg: cfg, p: p, store: store, cls: cls, log: log, retention: ret.Microseconds(), intern: map[string]string{}}, nil
+	return &Engine{cfg: cfg, p: p, store: store, cls: cls, log: log, retention: ret.Microseconds()}, nil
 }
 
 // Schema returns the schema of the rows the engine writes.
@@ -383,9 +385,6 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 			return nil, fmt.Errorf("cdc: flow %s: %w", e.cfg.Flow, err)
 		}
 	}
-	if len(e.intern) > 1<<12 {
-		clear(e.intern)
-	}
 	st := &a.out.Stats
 	e.log.DebugContext(ctx, "cdc: batch applied", "flow", e.cfg.Flow, "target", e.cfg.Target,
 		"upserts", st.Upserts, "deletes", st.Deletes, "truncates", st.Truncates, "dead_letters", st.DeadLetters,
@@ -440,18 +439,6 @@ func (e *Engine) nullSeq(i int, b *batch.Batch) string {
 
 func (e *Engine) newRows(capacity int) Rows {
 	return Rows{Batch: batch.New(e.p.table, capacity), Keys: make([]string, 0, capacity), Seqs: make([]string, 0, capacity)}
-}
-
-func (e *Engine) internString(s string) string {
-	if s == "" {
-		return ""
-	}
-	if v, ok := e.intern[s]; ok {
-		return v
-	}
-	v := strings.Clone(s)
-	e.intern[v] = v
-	return v
 }
 
 // applyCtx is one Apply call.
@@ -612,11 +599,12 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 	newEv := oldEv
 	if changed {
 		var ns *KeyState
+		newEv = nil
 		if len(kept) > 0 {
-			ns = a.buildState(kept)
-			newEv = ns.events
-		} else {
-			newEv = nil
+			if ns, err = a.newState(kept); err != nil {
+				return fmt.Errorf("key %x: %w", key, err)
+			}
+			newEv = kept
 		}
 		a.out.States = append(a.out.States, KeyChange{Key: key, State: ns})
 	}
@@ -642,6 +630,20 @@ func (a *applyCtx) bind(s *KeyState) (evs []event, remapped bool, err error) {
 		return nil, false, nil
 	}
 	names := a.p.names
+	if s.events == nil && s.enc != "" {
+		// Kept encoded (by the Cache, or an Output): decoded into the
+		// engine's scratch, which the next key reuses.
+		e := a.e
+		cols, evs, needed, err := decodeState(s.enc, names, e.decEv[:0], e.decVals)
+		if err != nil {
+			return nil, false, err
+		}
+		e.decEv = evs[:0]
+		if needed > len(e.decVals) {
+			e.decVals = make([]value, max(needed, 2*len(e.decVals), 1024))
+		}
+		s = &KeyState{cols: cols, events: evs}
+	}
 	if len(s.cols) == len(names) && (len(names) == 0 || unsafe.SliceData(s.cols) == unsafe.SliceData(names) || slices.Equal(s.cols, names)) {
 		return s.events, false, nil
 	}
@@ -714,66 +716,16 @@ func (a *applyCtx) merge(old, fresh []event) []event {
 	return out
 }
 
-// buildState copies kept events into a new state. Events of a stored
-// state are immutable, so their values and strings are shared; the batch's
-// events, and values compact2 rewrote, are copied into one slab of values
-// and one of bytes that the state owns.
-func (a *applyCtx) buildState(kept []event) *KeyState {
-	ncols := len(a.p.names)
-	nvals, nbytes := 0, 0
-	for i := range kept {
-		if kept[i].row == -1 {
-			continue
-		}
-		nbytes += len(kept[i].seq)
-		if !kept[i].del {
-			nvals += ncols
-			for _, v := range kept[i].vals {
-				nbytes += len(v.s)
-			}
-		}
+// newState returns the state of kept events. It holds only their
+// encoding: that is all that sinks and the Cache read, and an engine
+// decodes it when it reads the state again (see bind).
+func (a *applyCtx) newState(kept []event) (*KeyState, error) {
+	buf, err := appendState(a.e.encBuf[:0], a.p.names, kept)
+	if err != nil {
+		return nil, err
 	}
-	evs := make([]event, len(kept))
-	var vals []value
-	if nvals > 0 {
-		vals = make([]value, nvals)
-	}
-	var slab []byte
-	if nbytes > 0 {
-		slab = make([]byte, 0, nbytes)
-	}
-	str := func(s string) string {
-		if s == "" {
-			return ""
-		}
-		start := len(slab)
-		slab = append(slab, s...)
-		return unsafe.String(&slab[start], len(s))
-	}
-	for i := range kept {
-		src := &kept[i]
-		if src.row == -1 {
-			evs[i] = *src
-			continue
-		}
-		ev := event{seq: str(src.seq), del: src.del, seen: src.seen, row: -1}
-		ev.pos = Position{
-			Flow:      a.e.internString(src.pos.Flow),
-			Topic:     a.e.internString(src.pos.Topic),
-			Partition: src.pos.Partition,
-			File:      a.e.internString(src.pos.File),
-			Offset:    src.pos.Offset,
-		}
-		if !src.del {
-			ev.vals, vals = vals[:ncols:ncols], vals[ncols:]
-			for c, v := range src.vals {
-				v.s = str(v.s)
-				ev.vals[c] = v
-			}
-		}
-		evs[i] = ev
-	}
-	return &KeyState{cols: a.p.names, events: evs}
+	a.e.encBuf = buf
+	return &KeyState{cols: a.p.names, enc: string(buf)}, nil
 }
 
 // appendRow appends one target row.

@@ -13,10 +13,14 @@ import (
 // KeyState is what the engine remembers of one key beyond the rows it
 // shows: the events that can still matter for events yet to come (see the
 // package documentation, "State"). A KeyState is immutable once an Output
-// returned it: sinks persist it with MarshalBinary, caches share it.
+// returned it: sinks persist it with MarshalBinary. The states of an
+// Output hold only their encoding, decoded when an engine reads one.
 type KeyState struct {
 	cols   []string // data column names the events' values follow
 	events []event  // sorted by (seq, pos); SCD type 2: one per seq
+	// enc is the state's encoding (MarshalBinary's), set when the state
+	// is built or decoded: the cache keeps only it, and sinks store it.
+	enc string
 }
 
 // event is one change of a key.
@@ -30,14 +34,23 @@ type event struct {
 }
 
 // Len returns the number of events the state holds.
-func (s *KeyState) Len() int { return len(s.events) }
+func (s *KeyState) Len() int {
+	if s.events == nil && s.enc != "" {
+		d := &KeyState{}
+		if d.decode(s.enc, nil) != nil {
+			return 0
+		}
+		return len(d.events)
+	}
+	return len(s.events)
+}
 
 // Size estimates the bytes the state takes in memory.
 func (s *KeyState) Size() int64 {
 	if s == nil {
 		return 0
 	}
-	n := int64(unsafe.Sizeof(*s)) + int64(len(s.events))*int64(unsafe.Sizeof(event{}))
+	n := int64(unsafe.Sizeof(*s)) + int64(len(s.enc)) + int64(len(s.events))*int64(unsafe.Sizeof(event{}))
 	for i := range s.events {
 		e := &s.events[i]
 		n += int64(len(e.seq) + len(e.pos.Flow) + len(e.pos.Topic) + len(e.pos.File))
@@ -92,6 +105,28 @@ const (
 // values follow, so a state written before the table gained or lost a
 // column is read back by name.
 func (s *KeyState) MarshalBinary() ([]byte, error) {
+	if s.enc != "" {
+		return []byte(s.enc), nil
+	}
+	return s.encode()
+}
+
+// encoding returns the state's encoding without copying it.
+func (s *KeyState) encoding() (string, error) {
+	if s.enc != "" {
+		return s.enc, nil
+	}
+	b, err := s.encode()
+	return string(b), err
+}
+
+func (s *KeyState) encode() ([]byte, error) {
+	return appendState(make([]byte, 0, 64+s.Size()/2), s.cols, s.events)
+}
+
+// appendState appends the encoding of a state of events whose values
+// follow cols.
+func appendState(buf []byte, cols []string, events []event) ([]byte, error) {
 	var table []string // position strings: few distinct ones per key
 	intern := func(x string) uint64 {
 		if i := slices.Index(table, x); i >= 0 {
@@ -100,25 +135,24 @@ func (s *KeyState) MarshalBinary() ([]byte, error) {
 		table = append(table, x)
 		return uint64(len(table) - 1)
 	}
-	for i := range s.events {
-		p := &s.events[i].pos
+	for i := range events {
+		p := &events[i].pos
 		intern(p.Flow)
 		intern(p.Topic)
 		intern(p.File)
 	}
-	buf := make([]byte, 0, 64+s.Size()/2)
 	buf = append(buf, keyStateVersion)
-	buf = binary.AppendUvarint(buf, uint64(len(s.cols)))
-	for _, c := range s.cols {
+	buf = binary.AppendUvarint(buf, uint64(len(cols)))
+	for _, c := range cols {
 		buf = appendString(buf, c)
 	}
 	buf = binary.AppendUvarint(buf, uint64(len(table)))
 	for _, x := range table {
 		buf = appendString(buf, x)
 	}
-	buf = binary.AppendUvarint(buf, uint64(len(s.events)))
-	for i := range s.events {
-		e := &s.events[i]
+	buf = binary.AppendUvarint(buf, uint64(len(events)))
+	for i := range events {
+		e := &events[i]
 		if e.del {
 			buf = append(buf, 1)
 		} else {
@@ -134,8 +168,8 @@ func (s *KeyState) MarshalBinary() ([]byte, error) {
 		if e.del {
 			continue
 		}
-		if len(e.vals) != len(s.cols) {
-			return nil, fmt.Errorf("cdc: key state event has %d values for %d columns", len(e.vals), len(s.cols))
+		if len(e.vals) != len(cols) {
+			return nil, fmt.Errorf("cdc: key state event has %d values for %d columns", len(e.vals), len(cols))
 		}
 		for _, v := range e.vals {
 			buf = append(buf, byte(v.k))
@@ -158,17 +192,56 @@ func (s *KeyState) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary wrote. The state owns its
 // memory afterwards: data may be reused by the caller.
 func (s *KeyState) UnmarshalBinary(data []byte) error {
-	r := reader{buf: string(data)} // one copy; every string points into it
+	return s.decode(string(data), nil) // one copy; every string points into it
+}
+
+// decode decodes an encoding held in a string, which the state keeps.
+// When the state's columns are those of like, it shares like's slice (which
+// makes the engine's check of a state's columns one comparison).
+func (s *KeyState) decode(data string, like []string) error {
+	cols, events, _, err := decodeState(data, like, nil, nil)
+	if err != nil {
+		return err
+	}
+	if events == nil {
+		events = []event{}
+	}
+	s.cols, s.events, s.enc = cols, events, data
+	return nil
+}
+
+// decodeState decodes a state's encoding (see decode), appending its
+// events to events and taking their values from slab while it lasts. It
+// returns how many values the events needed: an engine decoding into
+// scratch grows its slab with it.
+func decodeState(data string, like []string, events []event, slab []value) (cols []string, evs []event, needed int, err error) {
+	r := reader{buf: data}
 	if v := r.byte(); v != keyStateVersion {
 		if r.err != nil {
-			return fmt.Errorf("cdc: key state: %w", r.err)
+			return nil, nil, 0, fmt.Errorf("cdc: key state: %w", r.err)
 		}
-		return fmt.Errorf("cdc: key state version %d, want %d", v, keyStateVersion)
+		return nil, nil, 0, fmt.Errorf("cdc: key state version %d, want %d", v, keyStateVersion)
 	}
 	ncols := r.count()
-	cols := make([]string, 0, min(ncols, 1<<10))
-	for range ncols {
-		cols = append(cols, r.string())
+	if ncols == len(like) {
+		cols = like
+		for _, c := range like {
+			if r.string() != c {
+				cols = nil
+				break
+			}
+		}
+		if cols == nil {
+			r = reader{buf: data}
+			r.byte()
+			r.count()
+		}
+	}
+	if cols == nil {
+		cols = make([]string, 0, min(ncols, 1<<10))
+		for range ncols {
+			cols = append(cols, r.string())
+		}
 	}
 	nstr := r.count()
 	table := make([]string, 0, min(nstr, 1<<10))
@@ -184,8 +257,9 @@ func (s *KeyState) UnmarshalBinary(data []byte) error {
 		return table[i]
 	}
 	nev := r.count()
-	events := make([]event, 0, min(nev, 1<<16))
-	var slab []value
+	if events == nil {
+		events = make([]event, 0, min(nev, 1<<16))
+	}
 	for range nev {
 		if r.err != nil {
 			break
@@ -210,6 +284,7 @@ func (s *KeyState) UnmarshalBinary(data []byte) error {
 		e.pos.Offset = r.varint()
 		e.seen = r.varint()
 		if !e.del {
+			needed += len(cols)
 			if len(slab) < len(cols) {
 				slab = make([]value, len(cols)*max(1, min(nev, 64)))
 			}
@@ -240,10 +315,9 @@ func (s *KeyState) UnmarshalBinary(data []byte) error {
 		r.fail()
 	}
 	if r.err != nil {
-		return fmt.Errorf("cdc: key state: %w", r.err)
+		return nil, nil, 0, fmt.Errorf("cdc: key state: %w", r.err)
 	}
-	s.cols, s.events = cols, events
-	return nil
+	return cols, events, needed, nil
 }
 
 // MarshalBinary encodes the table state.

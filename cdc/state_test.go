@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,8 +65,20 @@ func TestKeyStateRoundTrip(t *testing.T) {
 			t.Fatalf("round trip changed the state:\n%+v\n%+v", s, back)
 		}
 		again, _ := back.MarshalBinary()
-		if !bytes.Equal(data, again) {
+		fresh, _ := back.encode()
+		if !bytes.Equal(data, again) || !bytes.Equal(data, fresh) {
 			t.Fatal("encoding is not stable")
+		}
+		// Decoding with another state's columns shares them only when
+		// they are the same.
+		for _, like := range [][]string{s.cols, append(slices.Clone(s.cols), "z"), {"q"}} {
+			d := &KeyState{}
+			if err := d.decode(string(data), like); err != nil {
+				t.Fatal(err)
+			}
+			if !equalEvents(s.events, d.events) || !slices.Equal(s.cols, d.cols) {
+				t.Fatalf("decoded with columns %q: %+v, want %+v", like, d, s)
+			}
 		}
 		// Every truncation is an error, never a panic.
 		for n := range len(data) {
@@ -146,7 +159,7 @@ func TestCache(t *testing.T) {
 	for i, kc := range out.States {
 		keys[i] = kc.Key
 	}
-	one := cacheItemOverhead + int64(len(keys[0])) + out.States[0].State.Size()
+	one := cacheItemOverhead + int64(len(keys[0])) + int64(len(out.States[0].State.enc))
 	st.gets = 0
 
 	c := NewCache(st, 3*one)
@@ -181,7 +194,7 @@ func TestCache(t *testing.T) {
 	// Commit replaces, a nil state removes.
 	c.Commit(&Output{States: []KeyChange{{Key: "nope", State: out.States[0].State}, {Key: keys[0]}}})
 	got, _ = c.Get(ctx, []string{"nope", keys[0]})
-	if got["nope"] != out.States[0].State || got[keys[0]] != nil || st.gets != 4 {
+	if got["nope"] == nil || got["nope"].enc != out.States[0].State.enc || !equalEvents(decoded(t, got["nope"]).events, decoded(t, out.States[0].State).events) || got[keys[0]] != nil || st.gets != 4 {
 		t.Fatalf("after commit: %v, %d reads", got, st.gets)
 	}
 	// Errors are wrapped once; Reset forgets.
@@ -269,4 +282,79 @@ func cmpOf(less, greater bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestCacheHoldsEncodings checks that the cache keeps what the store keeps
+// (each state's encoding, counted in its bytes), and that the states it
+// returns decode to what the engine built.
+func TestCacheHoldsEncodings(t *testing.T) {
+	ctx := t.Context()
+	st := NewMemStore()
+	c := NewCache(st, 1<<20)
+	for _, scd := range []int{1, 2} {
+		cfg := f1("f")
+		cfg.SCDType = scd
+		e, err := New(cfg, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Reset()
+		var rows [][]any
+		var pos []Position
+		for i := range 20 {
+			rows = append(rows, U(i%5, "name "+string(rune('a'+i)), int64(i)))
+			pos = append(pos, Position{Flow: "f", Topic: "t", Offset: int64(i)})
+		}
+		out, err := e.Apply(ctx, Input{Batch: mkBatch(f1Source, rows), Positions: pos, Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Commit(out); err != nil {
+			t.Fatal(err)
+		}
+		c.Commit(out)
+		var want int64
+		keys := make([]string, len(out.States))
+		for i, kc := range out.States {
+			keys[i] = kc.Key
+			data, err := kc.State.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(data, st.keys[kc.Key]) {
+				t.Fatalf("SCD type %d: key %x: the cache's encoding differs from the store's", scd, kc.Key)
+			}
+			want += cacheItemOverhead + int64(len(kc.Key)+len(data))
+		}
+		if len(keys) != 5 || c.Bytes() != want {
+			t.Fatalf("SCD type %d: %d states, cache holds %d bytes, want %d", scd, len(keys), c.Bytes(), want)
+		}
+		got, err := c.Get(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kc := range out.States {
+			g := got[kc.Key]
+			if g == nil {
+				t.Fatalf("SCD type %d: key %x: no cached state", scd, kc.Key)
+			}
+			if want, d := decoded(t, kc.State), decoded(t, g); len(want.events) == 0 || !equalEvents(d.events, want.events) || !slices.Equal(d.cols, want.cols) {
+				t.Fatalf("SCD type %d: key %x: cached state %+v, want %+v", scd, kc.Key, g, kc.State)
+			}
+		}
+	}
+}
+
+// decoded returns a state decoded from its encoding.
+func decoded(t *testing.T, s *KeyState) *KeyState {
+	t.Helper()
+	data, err := s.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &KeyState{}
+	if err := d.UnmarshalBinary(data); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

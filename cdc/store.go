@@ -23,11 +23,15 @@ type StateStore interface {
 }
 
 // Cache is a StateStore that keeps recently used key states in memory,
-// bounded in bytes, in front of the sink's store. It only ever holds
-// committed state: Commit it with an Output after the load that wrote the
-// Output committed, and Reset it when a load's outcome is unknown, after a
-// full refresh, or when the target's lease was lost. A Cache is safe for
-// concurrent use; share one per target between the flows that write it.
+// bounded in bytes, in front of the sink's store. It keeps states in their
+// encoded form (what MarshalBinary returns and sinks store), which is
+// compact and holds no pointers, and returns them so: an engine decodes a
+// state when it applies the key. It only
+// ever holds committed state: Commit it with an Output after the load that
+// wrote the Output committed, and Reset it when a load's outcome is
+// unknown, after a full refresh, or when the target's lease was lost. A
+// Cache is safe for concurrent use; share one per target between the flows
+// that write it.
 type Cache struct {
 	store StateStore
 	max   int64
@@ -41,17 +45,17 @@ type Cache struct {
 
 type cacheItem struct {
 	key        string
-	state      *KeyState // nil: known to have no state
+	data       string // the state's encoding; "" when known to have no state
 	size       int64
 	prev, next *cacheItem
 }
 
 // cacheItemOverhead is the bookkeeping each cached key costs besides its
-// state: the item and its map entry.
+// key and encoded state: the item and its map entry.
 const cacheItemOverhead = int64(unsafe.Sizeof(cacheItem{})) + 48
 
-// NewCache returns a cache over store holding at most maxBytes of states
-// (estimated by KeyState.Size). maxBytes <= 0 caches nothing.
+// NewCache returns a cache over store holding at most maxBytes of encoded
+// states and their keys. maxBytes <= 0 caches nothing.
 func NewCache(store StateStore, maxBytes int64) *Cache {
 	c := &Cache{store: store, max: maxBytes, items: map[string]*cacheItem{}}
 	c.head.prev, c.head.next = &c.head, &c.head
@@ -63,12 +67,14 @@ func NewCache(store StateStore, maxBytes int64) *Cache {
 func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, error) {
 	out := make(map[string]*KeyState, len(keys))
 	var miss []string
+	states := make([]KeyState, 0, len(keys))
 	c.mu.Lock()
 	for _, k := range keys {
 		if it, ok := c.items[k]; ok {
 			c.touch(it)
-			if it.state != nil {
-				out[k] = it.state
+			if it.data != "" {
+				states = append(states, KeyState{enc: it.data})
+				out[k] = &states[len(states)-1]
 			}
 			continue
 		}
@@ -82,14 +88,25 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	if err != nil {
 		return nil, err
 	}
+	encs := make([]string, len(miss))
+	for i, k := range miss {
+		if s := got[k]; s != nil {
+			if encs[i], err = s.encoding(); err != nil {
+				return nil, fmt.Errorf("state of key %x: %w", k, err)
+			}
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, k := range miss {
+	for i, k := range miss {
 		s := got[k]
-		if it, ok := c.items[k]; ok { // a Commit in between is newer
-			s = it.state
-		} else {
-			c.put(k, s)
+		if it, ok := c.items[k]; ok && it.data != encs[i] { // a Commit in between is newer
+			s = nil
+			if it.data != "" {
+				s = &KeyState{enc: it.data}
+			}
+		} else if !ok {
+			c.put(k, encs[i])
 		}
 		if s != nil {
 			out[k] = s
@@ -122,10 +139,23 @@ func (c *Cache) Table(ctx context.Context) (TableState, error) {
 
 // Commit records the states of a committed Output.
 func (c *Cache) Commit(out *Output) {
+	encs := make([]string, len(out.States))
+	bad := make([]bool, len(out.States))
+	for i, kc := range out.States {
+		if kc.State != nil {
+			var err error
+			encs[i], err = kc.State.encoding()
+			bad[i] = err != nil
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, kc := range out.States {
-		c.put(kc.Key, kc.State)
+	for i, kc := range out.States {
+		if bad[i] {
+			c.forget(kc.Key) // the store has it: read it back when needed
+			continue
+		}
+		c.put(kc.Key, encs[i])
 	}
 	if out.Table != nil {
 		t := *out.Table
@@ -157,17 +187,14 @@ func (c *Cache) Len() int {
 	return len(c.items)
 }
 
-func (c *Cache) put(key string, s *KeyState) {
-	if it, ok := c.items[key]; ok {
-		c.unlink(it)
-		delete(c.items, key)
-		c.used -= it.size
-	}
-	size := cacheItemOverhead + int64(len(key)) + s.Size()
+// put keeps the encoded state of key ("": none).
+func (c *Cache) put(key string, data string) {
+	c.forget(key)
+	size := cacheItemOverhead + int64(len(key)) + int64(len(data))
 	if size > c.max {
 		return
 	}
-	it := &cacheItem{key: key, state: s, size: size}
+	it := &cacheItem{key: key, data: data, size: size}
 	c.items[key] = it
 	c.used += size
 	c.link(it)
@@ -176,6 +203,14 @@ func (c *Cache) put(key string, s *KeyState) {
 		c.unlink(old)
 		delete(c.items, old.key)
 		c.used -= old.size
+	}
+}
+
+func (c *Cache) forget(key string) {
+	if it, ok := c.items[key]; ok {
+		c.unlink(it)
+		delete(c.items, key)
+		c.used -= it.size
 	}
 }
 

@@ -58,7 +58,7 @@ func kindOf(t batch.Type) vkind {
 }
 
 // readValue returns row i of v. Strings and bytes still point into the
-// batch; stored states copy them (see buildState).
+// batch; stored states copy them into their encoding (see newState).
 func readValue(v *batch.Vector, i int) value {
 	if v.IsNull(i) {
 		return null

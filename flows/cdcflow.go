@@ -284,7 +284,7 @@ func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLe
 // not decode become dead letters.
 func (h *cdcHandler) decode(rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter) {
 	n := len(rb.Records)
-	var in cdc.Input
+	in := cdc.Input{Positions: make([]cdc.Position, 0, n), Meta: make([]cdc.RecordMeta, 0, n), Payloads: make([][]byte, 0, n)}
 	var dls []batch.DeadLetter
 	if h.debezium {
 		dec := h.pool.Get().(*decode.Debezium)

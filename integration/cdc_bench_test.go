@@ -88,6 +88,7 @@ func benchCDC(b *testing.B, kind string) {
 		return localDest{}
 	}
 	for b.Loop() {
+		load := loadAverage()
 		// Append: the same messages as they are.
 		d := newDest()
 		spec := writeSpecText(b, fmt.Sprintf(appendChangesSpec, "bench_append", broker.Addr(), d.yaml(), batchRows))
@@ -112,27 +113,41 @@ func benchCDC(b *testing.B, kind string) {
 			runs = append(runs, run)
 		}
 
-		fmt.Printf("CDC into %s, %d events over %d keys (%.0f bytes each), batches of %d rows:\n", kind, n, keys, float64(size)/float64(n), batchRows)
+		fmt.Printf("CDC into %s, %d events over %d keys (%.0f bytes each), batches of %d rows; load average at the start %s:\n",
+			kind, n, keys, float64(size)/float64(n), batchRows, load)
 		for i, r := range runs {
 			name := [...]string{"append", "scd1", "scd2"}[i]
 			rate := float64(n) / r.took.Seconds()
 			b.ReportMetric(rate, name+"_events/s")
 			b.ReportMetric(float64(r.maxRSS)/(1<<20), name+"_peak_RSS_MiB")
-			line := fmt.Sprintf("  %-6s %9.0f events/s (%s), peak RSS %4d MiB", name, rate, r.took.Round(time.Millisecond), r.maxRSS>>20)
+			b.ReportMetric(r.cpu.Seconds(), name+"_cpu_s")
+			line := fmt.Sprintf("  %-6s %9.0f events/s (%s, CPU %s), peak RSS %4d MiB", name, rate, r.took.Round(time.Millisecond), r.cpu.Round(10*time.Millisecond), r.maxRSS>>20)
 			if i > 0 {
 				ratio := appendRun.took.Seconds() / r.took.Seconds()
 				b.ReportMetric(ratio, name+"_vs_append")
-				line += fmt.Sprintf(", %.2f x append, %d rows in the target", ratio, r.rows)
+				line += fmt.Sprintf(", %.2f x append (CPU: %.2f), %d rows in the target", ratio, appendRun.cpu.Seconds()/r.cpu.Seconds(), r.rows)
 			}
 			fmt.Println(line)
 		}
 	}
 }
 
+// loadAverage returns the machine's load averages over 1, 5 and 15
+// minutes, or "unknown": the CDC benchmarks print it, since a busy machine
+// slows every run.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
 // measured is one timed sluice process.
 type measured struct {
 	took   time.Duration
-	maxRSS int64 // bytes
+	cpu    time.Duration // user and system: less sensitive than took to a busy machine
+	maxRSS int64         // bytes
 	rows   int
 }
 
@@ -155,5 +170,6 @@ func timedUpdate(b *testing.B, spec string) measured {
 	if !ok {
 		b.Fatalf("no resource usage for sluice update")
 	}
-	return measured{took: took, maxRSS: ru.Maxrss << 10} // Linux reports KiB
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return measured{took: took, cpu: cpu, maxRSS: ru.Maxrss << 10} // Linux reports KiB
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +11,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -77,6 +81,20 @@ type cdcChanges struct {
 	upSeqs   []string
 	upRows   []int // the rows of up that count: the last upsert of each identity
 	upserted map[ident]struct{}
+	// gone holds the identities (idKey) of the rows the load removes or
+	// replaces: one string lookup per row of a file being rewritten.
+	gone map[string]struct{}
+}
+
+// idKey appends the encoding of an identity to buf: the key's length, the
+// key, and for SCD type 2 the sequence.
+func (c *cdcChanges) idKey(buf []byte, key, seq string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(key)))
+	buf = append(buf, key...)
+	if c.scd2 {
+		buf = append(buf, seq...)
+	}
+	return buf
 }
 
 func (c *cdcChanges) id(key, seq string) ident {
@@ -129,6 +147,14 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*c
 		c.upserted[id] = struct{}{}
 	}
 	slices.Sort(c.upRows)
+	c.gone = make(map[string]struct{}, len(c.removed)+len(c.upserted))
+	var buf []byte
+	for _, ids := range []map[ident]struct{}{c.removed, c.upserted} {
+		for id := range ids {
+			buf = c.idKey(buf[:0], id.key, id.seq)
+			c.gone[string(buf)] = struct{}{}
+		}
+	}
 	return c, nil
 }
 
@@ -167,9 +193,11 @@ type bucketOut struct {
 	segs  []segment
 }
 
-// segment is rows bound for an output file, with their identities.
+// segment is rows bound for an output file, with their identities: row
+// rows[i] of b (row i when rows is nil) has identity keys[i], seqs[i].
 type segment struct {
 	b          *batch.Batch
+	rows       []int
 	keys, seqs []string
 }
 
@@ -183,9 +211,22 @@ type planner struct {
 	out     string // the plan's folder
 	n, newN int
 	part    *partitioner
+	mu      sync.Mutex      // guards dirs: groups are rewritten concurrently
 	dirs    map[string]bool // folders made under out
 	plan    cdcPlan
 }
+
+// planPart is what rewriting one group (or creating one new bucket)
+// contributes to the plan; the parts are joined in group order, so that a
+// plan does not depend on which rewrite finished first.
+type planPart struct {
+	drop []string
+	add  []fileEntry
+}
+
+// rewriteWorkers bounds the groups rewritten at once: each holds one
+// bucket's rows in memory.
+func rewriteWorkers() int { return max(1, min(runtime.GOMAXPROCS(0), 4)) }
 
 // buildPlan applies changes to the current version cur of a CDC target:
 // it rewrites only the files the changes touch (those holding a removed,
@@ -281,10 +322,8 @@ func (p *planner) run(ctx context.Context) error {
 		groups[k] = append(groups[k], f)
 	}
 	done := map[outKey]bool{}
+	var jobs []func(*planPart) error
 	for _, k := range keys {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		files := groups[k]
 		affected := rebucket || touched[k.bucket]
 		for _, f := range files {
@@ -296,9 +335,7 @@ func (p *planner) run(ctx context.Context) error {
 		// The upserts that land in this group's files: its bucket, or when
 		// the buckets grow, the buckets it splits into.
 		mine := byGroup[k]
-		if err := p.rewrite(k, files, mine, targets, rebucket); err != nil {
-			return err
-		}
+		jobs = append(jobs, func(part *planPart) error { return p.rewrite(k, files, mine, targets, rebucket, part) })
 		for _, t := range mine {
 			done[t] = true
 		}
@@ -308,25 +345,74 @@ func (p *planner) run(ctx context.Context) error {
 		if done[t] {
 			continue
 		}
-		o, err := p.create(t)
-		if err != nil {
-			return err
-		}
-		rs := targets[t]
-		if err := o.write(take(ch.up, rs), gather(ch.upKeys, rs), gather(ch.upSeqs, rs)); err != nil {
-			return err
-		}
-		if err := p.finish(o); err != nil {
-			return err
-		}
+		jobs = append(jobs, func(part *planPart) error {
+			o, err := p.create(t)
+			if err != nil {
+				return err
+			}
+			rs := targets[t]
+			if err := o.write(take(ch.up, rs), gather(ch.upKeys, rs), gather(ch.upSeqs, rs)); err != nil {
+				return err
+			}
+			return p.finish(o, part)
+		})
+	}
+	parts, err := runJobs(ctx, jobs, rewriteWorkers())
+	if err != nil {
+		return err
+	}
+	for _, part := range parts {
+		p.plan.Drop = append(p.plan.Drop, part.drop...)
+		p.plan.Add = append(p.plan.Add, part.add...)
 	}
 	return nil
+}
+
+// runJobs runs jobs on up to workers goroutines, each into its own part;
+// the first error (or the context's) stops the jobs not yet started.
+func runJobs(ctx context.Context, jobs []func(*planPart) error, workers int) ([]planPart, error) {
+	parts := make([]planPart, len(jobs))
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	for range min(workers, len(jobs)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(jobs) || failed() {
+					return
+				}
+				err := ctx.Err()
+				if err == nil {
+					err = jobs[i](&parts[i])
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return parts, first
 }
 
 // rewrite replaces the files of one bucket and folder: their rows minus
 // those the changes remove or replace, plus the upserts of mine. A group
 // that loses no row and gains none is left as it is (unless rebucketing).
-func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets map[outKey][]int, rebucket bool) error {
+func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets map[outKey][]int, rebucket bool, part *planPart) error {
 	ch := p.ch
 	type kept struct {
 		f          fileEntry
@@ -345,16 +431,14 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			return fmt.Errorf("%s: %d identities for %d rows", f.Name, ids.len(), f.Rows)
 		}
 		keep := make([]int, 0, ids.len())
+		var buf []byte
 		for i := range ids.a {
 			key, seq := ids.a[i], ids.b[i]
 			if ch.hasTrunc && seq < ch.trunc {
 				continue
 			}
-			id := ch.id(key, seq)
-			if _, ok := ch.removed[id]; ok {
-				continue
-			}
-			if _, ok := ch.upserted[id]; ok {
+			buf = ch.idKey(buf[:0], key, seq)
+			if _, ok := ch.gone[string(buf)]; ok {
 				continue
 			}
 			keep = append(keep, i)
@@ -378,7 +462,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 		return o, err
 	}
 	for _, x := range ks {
-		p.plan.Drop = append(p.plan.Drop, x.f.Name)
+		part.drop = append(part.drop, x.f.Name)
 		if len(x.keep) == 0 {
 			continue
 		}
@@ -389,8 +473,9 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 		if int64(b.Len()) != x.f.Rows {
 			return fmt.Errorf("%s: %d rows, the manifest says %d", x.f.Name, b.Len(), x.f.Rows)
 		}
+		var sel []int // the rows of b that stay (nil: every row), gathered by finish
 		if !x.everything {
-			b = take(b, x.keep)
+			sel = x.keep
 		}
 		keys, seqs := gather(x.ids.a, x.keep), gather(x.ids.b, x.keep)
 		// Split by bucket when the buckets grow.
@@ -413,9 +498,13 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			}
 			rs := split[nb]
 			if len(rs) == len(keys) {
-				err = o.write(b, keys, seqs)
+				err = o.writeSel(b, sel, keys, seqs)
 			} else {
-				err = o.write(take(b, rs), gather(keys, rs), gather(seqs, rs))
+				rows := rs
+				if sel != nil {
+					rows = gather(sel, rs)
+				}
+				err = o.writeSel(b, rows, gather(keys, rs), gather(seqs, rs))
 			}
 			if err != nil {
 				return err
@@ -437,8 +526,11 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 		ts = append(ts, t)
 	}
 	slices.SortFunc(ts, func(a, b outKey) int { return a.bucket - b.bucket })
-	for _, t := range ts {
-		if err := p.finish(outs[t]); err != nil {
+	for i, t := range ts {
+		if err := p.finish(outs[t], part); err != nil {
+			for _, u := range ts[i+1:] {
+				outs[u].discard()
+			}
 			return err
 		}
 	}
@@ -448,15 +540,20 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 // create starts the file of an output bucket.
 func (p *planner) create(t outKey) (*bucketOut, error) {
 	name := path.Join(t.dir, fmt.Sprintf("b%05d-%012d.parquet", t.bucket, p.cur.Version+1))
-	if t.dir != "" && !p.dirs[t.dir] {
-		for _, sub := range []string{"data", "ids"} {
-			if err := os.MkdirAll(filepath.Join(p.out, sub, filepath.FromSlash(t.dir)), 0o755); err != nil {
-				return nil, err
+	if t.dir != "" {
+		p.mu.Lock()
+		if !p.dirs[t.dir] {
+			for _, sub := range []string{"data", "ids"} {
+				if err := os.MkdirAll(filepath.Join(p.out, sub, filepath.FromSlash(t.dir)), 0o755); err != nil {
+					p.mu.Unlock()
+					return nil, err
+				}
+			}
+			for d := t.dir; d != "." && !p.dirs[d]; d = path.Dir(d) {
+				p.dirs[d] = true
 			}
 		}
-		for d := t.dir; d != "." && !p.dirs[d]; d = path.Dir(d) {
-			p.dirs[d] = true
-		}
+		p.mu.Unlock()
 	}
 	fw, err := createPlainFile(filepath.Join(p.out, "data", filepath.FromSlash(name)), p.def.Schema, loadCodec)
 	if err != nil {
@@ -472,8 +569,15 @@ func (p *planner) create(t outKey) (*bucketOut, error) {
 
 // write adds rows to the output (written by finish).
 func (o *bucketOut) write(b *batch.Batch, keys, seqs []string) error {
+	return o.writeSel(b, nil, keys, seqs)
+}
+
+// writeSel adds rows of b to the output: row rows[i] (or i when rows is
+// nil) with identity keys[i], seqs[i]. Selecting rather than copying them
+// out of b saves a copy of every row a rewrite keeps.
+func (o *bucketOut) writeSel(b *batch.Batch, rows []int, keys, seqs []string) error {
 	if len(keys) > 0 {
-		o.segs = append(o.segs, segment{b, keys, seqs})
+		o.segs = append(o.segs, segment{b: b, rows: rows, keys: keys, seqs: seqs})
 	}
 	return nil
 }
@@ -579,12 +683,17 @@ func gatherFrom[T any](segs []segment, refs []rowRef, c int, vals func(*batch.Ve
 	return out
 }
 
-// finish closes an output's files and adds it to the plan (an output that
-// received no row is removed).
-func (p *planner) finish(o *bucketOut) error {
+// discard closes an output's files unfinished.
+func (o *bucketOut) discard() {
+	o.fw.discard()
+	o.ids.discard()
+}
+
+// finish closes an output's files and adds it to the plan part (an output
+// that received no row is removed).
+func (p *planner) finish(o *bucketOut, part *planPart) error {
 	refs := merged(o.segs)
 	if len(refs) > 0 {
-		rows := gatherRows(p.def.Schema, o.segs, refs)
 		minSeq := ""
 		for i, r := range refs {
 			sg := o.segs[r.seg]
@@ -593,6 +702,13 @@ func (p *planner) finish(o *bucketOut) error {
 				minSeq = sg.seqs[r.row]
 			}
 		}
+		// From identities to the rows of the segments' batches.
+		for i, r := range refs {
+			if sel := o.segs[r.seg].rows; sel != nil {
+				refs[i].row = int32(sel[r.row])
+			}
+		}
+		rows := gatherRows(p.def.Schema, o.segs, refs)
 		o.entry.Rows = int64(len(refs))
 		o.entry.MinSeq = []byte(minSeq)
 		o.segs = nil
@@ -620,7 +736,7 @@ func (p *planner) finish(o *bucketOut) error {
 		return nil
 	}
 	o.entry.Bytes = size
-	p.plan.Add = append(p.plan.Add, o.entry)
+	part.add = append(part.add, o.entry)
 	return nil
 }
 
