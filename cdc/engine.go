@@ -64,7 +64,18 @@ type Output struct {
 	// DeadLetters are the records that could not be applied: a null key or
 	// sequence, or an expression that could not be evaluated.
 	DeadLetters []batch.DeadLetter
-	Stats       Stats
+	// CutOvers are the events of this batch older than their key's newest
+	// change, that change replayed by one of Config.ReplayFlows.
+	CutOvers []CutOver
+	Stats    Stats
+}
+
+// CutOver is an event that came older than its key's last replayed change.
+type CutOver struct {
+	Row        int    // the event's row in Input.Batch
+	Key        string // the key, encoded
+	ReplayFlow string // the flow that replayed the newer change
+	Replayed   string // the sequence of that change, encoded
 }
 
 // Rows are target rows with their identity.
@@ -579,10 +590,14 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 		return fmt.Errorf("key %x: %w", key, err)
 	}
 	if len(fresh) > 0 && len(oldEv) > 0 {
-		newest := oldEv[len(oldEv)-1].seq
+		last := oldEv[len(oldEv)-1]
+		replayed := slices.Contains(a.e.cfg.ReplayFlows, last.pos.Flow) && !slices.Contains(a.e.cfg.ReplayFlows, a.e.cfg.Flow)
 		for i := range fresh {
-			if fresh[i].seq < newest {
+			if fresh[i].seq < last.seq {
 				a.out.Stats.Late++
+				if replayed && fresh[i].row >= 0 {
+					a.out.CutOvers = append(a.out.CutOvers, CutOver{Row: int(fresh[i].row), Key: key, ReplayFlow: last.pos.Flow, Replayed: last.seq})
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -367,6 +368,31 @@ func TestLateEventsCounted(t *testing.T) {
 	f.batch(U(1, "a", 5))
 	if out := f.batch(U(1, "b", 3), U(1, "c", 7), U(2, "x", 1)); out.Stats.Late != 1 {
 		t.Fatalf("late %d, want 1", out.Stats.Late)
+	}
+}
+
+func TestCutOversReported(t *testing.T) {
+	for _, scd := range []int{1, 2} {
+		t.Run(fmt.Sprintf("scd%d", scd), func(t *testing.T) {
+			legacy, live := f1("legacy"), f1("live")
+			legacy.SCDType, live.SCDType = scd, scd
+			live.ReplayFlows = []string{"legacy"}
+			h := newHarness(t, legacy, live)
+			replay, f := &feed{h: h, flow: "legacy"}, &feed{h: h, flow: "live"}
+			if out := replay.batch(U(1, "a", 5), U(2, "x", 5)); len(out.CutOvers) != 0 {
+				t.Fatalf("replayed events reported: %+v", out.CutOvers)
+			}
+			// Key 1's first live change is older than its replayed one: a
+			// cut-over; key 2's is newer; key 3 was never replayed.
+			out := f.batch(U(3, "z", 1), U(1, "b", 3), U(2, "y", 7))
+			if len(out.CutOvers) != 1 || out.CutOvers[0].Row != 1 || out.CutOvers[0].ReplayFlow != "legacy" {
+				t.Fatalf("cut-overs %+v, want row 1 from legacy", out.CutOvers)
+			}
+			// Key 2's newest change is live now: a late live event is only late.
+			if out := f.batch(U(2, "w", 6)); len(out.CutOvers) != 0 || out.Stats.Late != 1 {
+				t.Fatalf("cut-overs %+v, late %d: want none and 1", out.CutOvers, out.Stats.Late)
+			}
+		})
 	}
 }
 

@@ -72,6 +72,58 @@ type FirstOffset struct {
 	Offset    int64  `json:"offset"`
 }
 
+// CutOverState is a live CDC flow's cut-over report (KindCutOver): its
+// changes that came older than their key's last change replayed by a
+// once-flow (CDC-SEMANTICS.md ON3), so they landed in history (SCD type 2)
+// or were ignored (SCD type 1).
+type CutOverState struct {
+	// Changes counts them (a change delivered again after a crash may count
+	// twice).
+	Changes int64 `json:"changes"`
+	// Keys are the first MaxCutOverKeys keys, each once, as text.
+	Keys []CutOverEntry `json:"keys,omitempty"`
+	Last time.Time    `json:"last"`
+}
+
+// CutOverEntry is one key of a cut-over report.
+type CutOverEntry struct {
+	Key        string `json:"key"`         // the key columns' values
+	Seq        string `json:"seq"`         // the live change's sequence
+	ReplayFlow string `json:"replay_flow"` // the once-flow that replayed a newer change
+}
+
+// MaxCutOverKeys bounds the keys a cut-over report lists.
+const MaxCutOverKeys = 100
+
+// AddCutOvers adds changes to a flow's cut-over report.
+func AddCutOvers(ctx context.Context, s Store, pipeline, flow string, keys []CutOverEntry, now time.Time) (CutOverState, error) {
+	st, _, err := UpdateJSON(ctx, s, CutOverKey(pipeline, flow), func(st *CutOverState, _ bool) (bool, error) {
+		st.Changes += int64(len(keys))
+		st.Last = now
+		for _, k := range keys {
+			if len(st.Keys) >= MaxCutOverKeys {
+				break
+			}
+			if !slices.ContainsFunc(st.Keys, func(x CutOverEntry) bool { return x.Key == k.Key }) {
+				st.Keys = append(st.Keys, k)
+			}
+		}
+		return true, nil
+	})
+	return st, err
+}
+
+// GetCutOvers returns a flow's cut-over report; the zero state when none.
+func GetCutOvers(ctx context.Context, s Store, pipeline, flow string) (CutOverState, error) {
+	st, _, err := getOr[CutOverState](ctx, s, CutOverKey(pipeline, flow))
+	return st, err
+}
+
+// CutOverKey names a flow's cut-over report.
+func CutOverKey(pipeline, flow string) Key {
+	return Key{Pipeline: pipeline, Kind: KindCutOver, Flow: flow}
+}
+
 // OnceKey, SnapshotKey and CursorKey name a flow's entry of that kind.
 func OnceKey(pipeline, flow string) Key {
 	return Key{Pipeline: pipeline, Kind: KindOnce, Flow: flow}

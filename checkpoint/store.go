@@ -22,6 +22,9 @@ const (
 	// KindFirstOffsets: per topic and partition (the key's Name), the first
 	// Kafka offset a flow ever consumed (FirstOffset).
 	KindFirstOffsets = "first_offsets"
+	// KindCutOver: the live changes of a flow that came older than their
+	// key's last replayed change (CutOverState).
+	KindCutOver = "cutover"
 )
 
 var (

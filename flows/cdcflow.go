@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/checkpoint"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,6 +196,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		IgnoreNullUpdatesColumnList:       f.IgnoreNullUpdatesColumnList,
 		IgnoreNullUpdatesExceptColumnList: f.IgnoreNullUpdatesExceptColumnList,
 		TombstoneRetention:                f.TombstoneRetention,
+		ReplayFlows:                       r.replayFlows(f),
 		FailOnError:                       f.OnError == spec.OnErrorFail,
 		Logger:                            r.log.With("flow", f.Name),
 	}
@@ -260,6 +263,7 @@ func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLe
 	}
 	dls = append(dls, out.DeadLetters...)
 	h.r.stampDeadLetters(h.flow, dls)
+	cutOvers := h.cutOvers(in, out)
 	return &prepared{
 		rows:        int64(out.Upserts.Len()),
 		deadLetters: int64(len(dls)),
@@ -272,6 +276,7 @@ func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLe
 		done: func(committed bool) {
 			if committed {
 				t.cache.Commit(out)
+				h.reportCutOvers(ctx, cutOvers)
 			} else {
 				t.cache.Reset()
 			}
@@ -511,4 +516,50 @@ func mergeOutputs(a, b *cdc.Output) *cdc.Output {
 		}
 	}
 	return m
+}
+
+// replayFlows names the once auto_cdc flows writing f's target, for a flow
+// that is not one (ON3: its changes older than a key's replayed ones are
+// reported).
+func (r *runner) replayFlows(f *spec.Flow) []string {
+	if f.Once {
+		return nil
+	}
+	var out []string
+	for _, o := range r.p.FlowsOf(f.Target) {
+		if o.Once && o.Kind == spec.KindAutoCDC {
+			out = append(out, o.Name)
+		}
+	}
+	return out
+}
+
+// cutOvers renders the engine's cut-overs: the key and sequence values.
+func (h *cdcHandler) cutOvers(in cdc.Input, out *cdc.Output) []checkpoint.CutOverEntry {
+	var entries []checkpoint.CutOverEntry
+	text := func(cols []string, row int) string {
+		parts := make([]string, len(cols))
+		for i, c := range cols {
+			if v := in.Batch.Column(c); v != nil {
+				parts[i] = fmt.Sprint(v.Value(row))
+			}
+		}
+		return strings.Join(parts, ",")
+	}
+	for _, c := range out.CutOvers {
+		entries = append(entries, checkpoint.CutOverEntry{Key: text(h.flow.Keys, c.Row), Seq: text(h.flow.SequenceBy, c.Row), ReplayFlow: c.ReplayFlow})
+	}
+	return entries
+}
+
+// reportCutOvers adds a committed batch's cut-overs to the flow's report in
+// the checkpoint store (a report: a failure to write it is logged).
+func (h *cdcHandler) reportCutOvers(ctx context.Context, entries []checkpoint.CutOverEntry) {
+	if len(entries) == 0 || h.r.checkpoints == nil {
+		return
+	}
+	h.r.log.Warn("live changes older than their key's replayed history", "flow", h.flow.Name, "changes", len(entries), "first_key", entries[0].Key)
+	if _, err := checkpoint.AddCutOvers(context.WithoutCancel(ctx), h.r.checkpoints, h.r.p.Pipeline, h.flow.Name, entries, time.Now()); err != nil {
+		h.r.log.Warn("cut-over report not stored", "flow", h.flow.Name, "err", err)
+	}
 }

@@ -101,7 +101,7 @@ func (r *runner) refresh(ctx context.Context) error {
 		return err
 	}
 	for _, name := range flowNames {
-		for _, kind := range []string{checkpoint.KindOnce, checkpoint.KindSnapshot, checkpoint.KindCursor} {
+		for _, kind := range []string{checkpoint.KindOnce, checkpoint.KindSnapshot, checkpoint.KindCursor, checkpoint.KindCutOver} {
 			if err := r.checkpoints.Delete(ctx, checkpoint.Key{Pipeline: r.p.Pipeline, Kind: kind, Flow: name}); err != nil {
 				return fmt.Errorf("refresh: checkpoints of %s: %w", name, err)
 			}

@@ -42,6 +42,11 @@ type FlowReport struct {
 	// first run completed) and the runs it completed.
 	Cursor string `json:"cursor,omitempty"`
 	Runs   int64  `json:"runs,omitempty"`
+	// CutOvers: a live CDC flow's changes that came older than their key's
+	// last replayed change (CDC-SEMANTICS.md ON3), and the first of their
+	// keys.
+	CutOvers    int64                     `json:"cut_overs,omitempty"`
+	CutOverKeys []checkpoint.CutOverEntry `json:"cut_over_keys,omitempty"`
 }
 
 // PartitionProgress is a Kafka partition's ledger position and lag.
@@ -109,6 +114,13 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 				default:
 					fr.Once = "pending"
 				}
+			}
+			if f.Kind == spec.KindAutoCDC && !f.Once {
+				st, err := checkpoint.GetCutOvers(ctx, store, p.Pipeline, f.Name)
+				if err != nil {
+					return nil, err
+				}
+				fr.CutOvers, fr.CutOverKeys = st.Changes, st.Keys
 			}
 			if f.Incremental != nil {
 				st, _, err := checkpoint.GetCursor(ctx, store, p.Pipeline, f.Name)

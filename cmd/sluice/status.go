@@ -93,6 +93,18 @@ func (g *globals) status(ctx context.Context, asJSON bool) error {
 			fmt.Fprintf(g.stdout, "  lag unknown: %s\n", f.LagError)
 		}
 	}
+	for _, f := range rep.Flows {
+		if f.CutOvers == 0 {
+			continue
+		}
+		fmt.Fprintf(g.stdout, "\n%s cut-over: %d live changes came older than their key's replayed history (landed in history or ignored)\n", f.Name, f.CutOvers)
+		tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KEY\tSEQUENCE\tREPLAYED BY")
+		for _, k := range f.CutOverKeys {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k.Key, k.Seq, k.ReplayFlow)
+		}
+		tw.Flush()
+	}
 	return nil
 }
 
