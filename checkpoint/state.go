@@ -82,7 +82,7 @@ type CutOverState struct {
 	Changes int64 `json:"changes"`
 	// Keys are the first MaxCutOverKeys keys, each once, as text.
 	Keys []CutOverEntry `json:"keys,omitempty"`
-	Last time.Time    `json:"last"`
+	Last time.Time      `json:"last"`
 }
 
 // CutOverEntry is one key of a cut-over report.
