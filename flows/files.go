@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/backfill"
@@ -204,34 +206,30 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 // under posName(file), say how far its file was read. start gives each
 // file's resume row. filter, when set, changes each chunk before it is
 // prepared.
+//
+// An append flow runs up to filesLoadsInFlight(f) loads at once, of
+// chunks of different positions: the chunks of one position load one after
+// the other, in order, each committing its rows with its positions, so a
+// crash still resumes every file after its last committed chunk. While one
+// load waits for the destination the next chunk is converted and sent.
+// Other flows (CDC) load one chunk at a time.
 func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs readSchema, files []backfill.File, start map[string]int64,
 	posName func(string) string, progress *backfill.Progress, rows *int64, renew func(), filter func(*backfill.Chunk) error) error {
-	from := maps.Clone(start)
-	return backfill.ReadFiles(ctx, files, backfill.ReadFilesOptions{
-		Parallel: f.Source.Files.Parallel,
-		Open: func(_ context.Context, fl backfill.File) (backfill.Reader, error) {
-			return rs.open(f, fl, start[fl.Name])
-		},
-		Progress: progress,
-		Log:      r.log.With("flow", f.Name),
-	}, func(ctx context.Context, ch *backfill.Chunk) error {
-		if filter != nil {
-			if err := filter(ch); err != nil {
-				return fmt.Errorf("file %s: %w", ch.File, err)
-			}
-		}
-		p, err := h.prepareChunk(ctx, ch)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", ch.File, err)
-		}
-		pos := posName(ch.File)
+	ls := &fileLoads{from: maps.Clone(start), busy: map[string]bool{}}
+	ls.idle = sync.NewCond(&ls.mu)
+	inFlight := 1
+	if _, ok := h.(*appendHandler); ok {
+		inFlight = filesLoadsInFlight(f)
+	}
+	// load loads one prepared chunk and records its progress.
+	load := func(ctx context.Context, ch *backfill.Chunk, p *prepared, pos string, from int64) error {
 		c := sinks.Commit{
-			From:        batch.Positions{{File: pos, RowGroup: from[ch.File]}},
+			From:        batch.Positions{{File: pos, RowGroup: from}},
 			To:          batch.Positions{{File: pos, RowGroup: ch.Next, Done: ch.Done}},
 			Rows:        p.rows,
 			DeadLetters: p.deadLetters,
 		}
-		_, err = r.loadPrepared(ctx, f, 0, p, c)
+		_, err := r.loadPrepared(ctx, f, 0, p, c)
 		if p.done != nil {
 			p.done(err == nil)
 		}
@@ -241,12 +239,93 @@ func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs
 		if err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
+		ls.mu.Lock()
 		*rows += p.rows
-		from[ch.File] = ch.Next
+		ls.from[ch.File] = ch.Next
+		ls.mu.Unlock()
 		renew()
 		return nil
+	}
+	err := backfill.ReadFiles(ctx, files, backfill.ReadFilesOptions{
+		Parallel: f.Source.Files.Parallel,
+		Open: func(_ context.Context, fl backfill.File) (backfill.Reader, error) {
+			return rs.open(f, fl, start[fl.Name])
+		},
+		Progress: progress,
+		Log:      r.log.With("flow", f.Name),
+	}, func(rctx context.Context, ch *backfill.Chunk) error {
+		if filter != nil {
+			if err := filter(ch); err != nil {
+				return fmt.Errorf("file %s: %w", ch.File, err)
+			}
+		}
+		p, err := h.prepareChunk(rctx, ch)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", ch.File, err)
+		}
+		pos := posName(ch.File)
+		if inFlight <= 1 {
+			return load(rctx, ch, p, pos, ls.from[ch.File])
+		}
+		// Wait for a free load and for the previous chunk of the position.
+		ls.mu.Lock()
+		for ls.err == nil && (ls.running >= inFlight || ls.busy[pos]) {
+			ls.idle.Wait()
+		}
+		if ls.err != nil {
+			ls.mu.Unlock()
+			return ls.err
+		}
+		ls.running++
+		ls.busy[pos] = true
+		from := ls.from[ch.File]
+		ls.mu.Unlock()
+		ls.wg.Go(func() {
+			// The flow's context, not the reader's: a load under way
+			// finishes (and commits) when reading stops for another reason.
+			err := load(ctx, ch, p, pos, from)
+			ls.mu.Lock()
+			if err != nil && ls.err == nil {
+				ls.err = err
+			}
+			ls.running--
+			delete(ls.busy, pos)
+			ls.idle.Broadcast()
+			ls.mu.Unlock()
+		})
+		return nil
 	})
+	ls.wg.Wait()
+	if ls.err != nil {
+		return ls.err // the first load that failed; reading stopped for it
+	}
+	return err
 }
+
+// fileLoads are the loads of loadFiles under way.
+type fileLoads struct {
+	mu      sync.Mutex
+	idle    *sync.Cond       // signalled whenever a load ends
+	wg      sync.WaitGroup   // the loads under way
+	running int              // loads under way
+	busy    map[string]bool  // positions with a load under way
+	from    map[string]int64 // each file's committed row
+	err     error            // the first load that failed
+}
+
+// filesLoadsInFlight is how many loads an append flow of files runs at
+// once: as many as files are read at once, at most maxFilesLoadsInFlight.
+func filesLoadsInFlight(f *spec.Flow) int {
+	n := f.Source.Files.Parallel
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	return min(n, maxFilesLoadsInFlight)
+}
+
+// maxFilesLoadsInFlight bounds the loads of one files flow under way: each
+// holds a chunk and its encoded rows in memory.
+const maxFilesLoadsInFlight = 2
 
 // readSchema is how a files flow reads its files.
 type readSchema struct {

@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/big"
@@ -122,16 +123,77 @@ func (f features) values(table string, col column, v *batch.Vector) (any, error)
 		return ptrs(col.Nullable, ds, null), nil
 	case storeDecimal:
 		ds := make([]decimal.Decimal, n)
+		exp := -int32(col.Type.Scale)
 		for i, d := range v.Decs {
-			if null(i) {
+			switch {
+			case null(i):
 				ds[i] = decimal.Zero
-				continue
+			case d.Hi == 0 && d.Lo <= math.MaxInt64, d.Hi == -1 && d.Lo > math.MaxInt64:
+				ds[i] = decimal.New(int64(d.Lo), exp) // fits an int64: no big.Int to build first
+			default:
+				ds[i] = decimal.NewFromBigInt(d.Big(), exp)
 			}
-			ds[i] = decimal.NewFromBigInt(d.Big(), -int32(col.Type.Scale))
 		}
 		return ptrs(col.Nullable, ds, null), nil
 	}
 	return nil, fmt.Errorf("clickhouse: table %s column %s: no conversion for %s", table, col.Name, col.chType)
+}
+
+// nativeColumn is a column's values in ClickHouse's native format, as
+// clickhouse-go's Decode reads them: the null map first when the column is
+// nullable, then the values. stage fills the batch's column with it.
+type nativeColumn []byte
+
+// nativeDecimals encodes a decimal vector for a column stored as col (a
+// Decimal of the same precision and scale): each unscaled value as a
+// little-endian two's complement integer of the column's width (4, 8 or 16
+// bytes by precision), 0 for NULL. This is what clickhouse-go's Append of
+// decimal.Decimal ends with, without the big.Int arithmetic it takes per
+// value. A value wider than the column's width is a RangeError.
+func nativeDecimals(table string, col column, v *batch.Vector) (nativeColumn, error) {
+	n := v.Len()
+	width := 16
+	switch p := col.Type.Precision; {
+	case p <= 9:
+		width = 4
+	case p <= 18:
+		width = 8
+	}
+	out := make([]byte, 0, n+n*width)
+	if col.Nullable {
+		for i := range n {
+			out = append(out, boolByte(v.IsNull(i)))
+		}
+	}
+	for i, d := range v.Decs {
+		if v.IsNull(i) {
+			d = batch.Dec128{}
+		}
+		var fits bool
+		switch width {
+		case 4:
+			fits = (d.Hi == 0 && d.Lo <= math.MaxInt32) || (d.Hi == -1 && d.Lo >= 1<<64-1<<31)
+			out = binary.LittleEndian.AppendUint32(out, uint32(d.Lo))
+		case 8:
+			fits = (d.Hi == 0 && d.Lo <= math.MaxInt64) || (d.Hi == -1 && d.Lo > math.MaxInt64)
+			out = binary.LittleEndian.AppendUint64(out, d.Lo)
+		default:
+			fits = true
+			out = binary.LittleEndian.AppendUint64(out, d.Lo)
+			out = binary.LittleEndian.AppendUint64(out, uint64(d.Hi))
+		}
+		if !fits {
+			return nil, rangeErr(table, col, i, batch.FormatDecimal(d, col.Type.Scale), fmt.Sprintf("%d-byte unscaled values", width))
+		}
+	}
+	return out, nil
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func rangeErr(table string, col column, row int, value, rng string) error {

@@ -1,12 +1,16 @@
 package clickhouse
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/ClickHouse/ch-go/proto"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
@@ -136,7 +140,7 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 	if n == 0 {
 		return nil
 	}
-	names, vals, err := s.columnValues(table, cols, b)
+	names, vals, err := s.stageValues(table, cols, b)
 	if err != nil {
 		return err
 	}
@@ -178,45 +182,83 @@ func (l *load) ensureStage(ctx context.Context, table string) (string, error) {
 	}
 	// Created now, or by this load's earlier CREATE whose answer was lost
 	// (nothing is inserted into a staging table before its creation is
-	// known, so it is empty).
+	// known, so it is empty). Its load id column defaults to this load's id,
+	// so that inserts need not send it with every row; the default is the
+	// staging table's alone (ATTACH and REPLACE PARTITION compare column
+	// names and types).
+	if err := s.exec(ctx, "create staging table for "+table, "ALTER TABLE "+s.table(stage)+" MODIFY COLUMN "+
+		quote(batch.LoadIDColumn)+" String DEFAULT "+literal(l.meta.LoadID)); err != nil {
+		return "", err
+	}
 	delete(l.unsure, table)
 	return stage, nil
 }
 
 // stage inserts n rows, as column values, into the load's staging table of
 // table, creating it on the first write. names are the columns of vals;
-// stage adds _sluice_load_id.
+// _sluice_load_id gets the staging table's default, the load's id.
 func (l *load) stage(ctx context.Context, table string, names []string, vals []any, n int) error {
 	s := l.s
 	stage, err := l.ensureStage(ctx, table)
 	if err != nil {
 		return err
 	}
-	quoted := make([]string, 0, len(names)+1)
+	quoted := make([]string, 0, len(names))
 	for _, name := range names {
 		quoted = append(quoted, quote(name))
 	}
-	quoted = append(quoted, quote(batch.LoadIDColumn))
 	bt, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.table(stage)+" ("+strings.Join(quoted, ", ")+")")
 	if err != nil {
 		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
 	}
 	for i, v := range vals {
-		if err := bt.Column(i).Append(v); err != nil {
+		if native, ok := v.(nativeColumn); ok {
+			err = decodeColumn(bt, i, native, n)
+		} else {
+			err = bt.Column(i).Append(v)
+		}
+		if err != nil {
 			bt.Abort()
 			return fmt.Errorf("clickhouse: stage rows of %s: column %s: %w", table, names[i], err)
 		}
 	}
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = l.meta.LoadID
-	}
-	if err := bt.Column(len(vals)).Append(ids); err != nil {
-		bt.Abort()
-		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
-	}
 	if err := bt.Send(); err != nil {
 		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
+	}
+	return nil
+}
+
+// stageValues is columnValues with decimals in native format (see
+// nativeDecimals).
+func (s *Sink) stageValues(table string, cols []column, b *batch.Batch) (names []string, vals []any, err error) {
+	names = make([]string, len(cols))
+	vals = make([]any, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+		if c.storage == storeDecimal {
+			vals[i], err = nativeDecimals(table, c, b.Vectors[i])
+		} else {
+			vals[i], err = s.feat.values(table, c, b.Vectors[i])
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return names, vals, nil
+}
+
+// decodeColumn fills the batch's empty column i with n rows in native
+// format (clickhouse-go's Decode appends them to it).
+func decodeColumn(bt driver.Batch, i int, native nativeColumn, n int) error {
+	col := bt.Columns()[i]
+	if col.Rows() != 0 {
+		return fmt.Errorf("column holds %d rows before its native values", col.Rows())
+	}
+	if err := col.Decode(proto.NewReader(bytes.NewReader(native)), n); err != nil {
+		return err
+	}
+	if col.Rows() != n {
+		return fmt.Errorf("native values decoded into %d rows, want %d", col.Rows(), n)
 	}
 	return nil
 }
@@ -469,6 +511,11 @@ func (s *Sink) resolve(ctx context.Context, l *load) error {
 		return s.dropLoad(ctx, l)
 	}
 	return nil
+}
+
+// literal returns s as a ClickHouse string literal.
+func literal(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
 func sortedKeys[V any](m map[string]V) []string {
