@@ -178,10 +178,12 @@ type cdcPlan struct {
 
 const planFile = "plan.json"
 
-// outKey names an output file: a bucket in a partition folder.
+// outKey names an output file: a bucket in a partition folder, and for a
+// split SCD type 2 target its current file or its new history file.
 type outKey struct {
 	bucket int
 	dir    string
+	hist   bool
 }
 
 // bucketOut is a bucket file being made, with its sidecar: the segments
@@ -211,9 +213,14 @@ type planner struct {
 	out     string // the plan's folder
 	n, newN int
 	part    *partitioner
-	mu      sync.Mutex      // guards dirs: groups are rewritten concurrently
-	dirs    map[string]bool // folders made under out
-	plan    cdcPlan
+	// endAt is the column of __END_AT when the target's files are split
+	// into current and history (scd2.go), else -1; goneBy holds then the
+	// identities the changes remove or replace, by current bucket.
+	endAt  int
+	goneBy map[int][]ident
+	mu     sync.Mutex      // guards dirs: groups are rewritten concurrently
+	dirs   map[string]bool // folders made under out
+	plan   cdcPlan
 }
 
 // planPart is what rewriting one group (or creating one new bucket)
@@ -242,7 +249,8 @@ func (s *Sink) buildPlan(ctx context.Context, table string, def tableDef, cur ma
 			return nil, fmt.Errorf("plan: %w", err)
 		}
 	}
-	p := &planner{s: s, table: table, def: def, cur: cur, ch: ch, out: out, n: max(cur.Buckets, 1), dirs: map[string]bool{}}
+	p := &planner{s: s, table: table, def: def, cur: cur, ch: ch, out: out, n: max(cur.Buckets, 1), dirs: map[string]bool{},
+		endAt: splitColumn(def)}
 	var rows int64
 	for _, f := range cur.Files {
 		rows += f.Rows
@@ -298,10 +306,10 @@ func (p *planner) run(ctx context.Context) error {
 	for i, r := range ch.upRows {
 		h := bucketHash(ch.upKeys[r])
 		touched[bucketOf(h, p.n)] = true
-		k := outKey{bucketOf(h, p.newN), upDirs[i]}
+		k := outKey{bucket: bucketOf(h, p.newN), dir: upDirs[i]}
 		if _, ok := targets[k]; !ok {
 			order = append(order, k)
-			g := outKey{bucketOf(h, p.n), k.dir}
+			g := outKey{bucket: bucketOf(h, p.n), dir: k.dir}
 			byGroup[g] = append(byGroup[g], k)
 		}
 		targets[k] = append(targets[k], r)
@@ -309,13 +317,22 @@ func (p *planner) run(ctx context.Context) error {
 	for id := range ch.removed {
 		touched[bucketOf(bucketHash(id.key), p.n)] = true
 	}
+	if p.endAt >= 0 && !rebucket {
+		p.goneBy = map[int][]ident{}
+		for _, ids := range []map[ident]struct{}{ch.removed, ch.upserted} {
+			for id := range ids {
+				b := bucketOf(bucketHash(id.key), p.n)
+				p.goneBy[b] = append(p.goneBy[b], id)
+			}
+		}
+	}
 
 	// The current files by output file (one per bucket and folder; kept
 	// general should a version ever hold several).
 	groups := map[outKey][]fileEntry{}
 	var keys []outKey
 	for _, f := range p.cur.Files {
-		k := outKey{f.Bucket, dirOf(f.Name)}
+		k := outKey{bucket: f.Bucket, dir: dirOf(f.Name)}
 		if _, ok := groups[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -346,15 +363,15 @@ func (p *planner) run(ctx context.Context) error {
 			continue
 		}
 		jobs = append(jobs, func(part *planPart) error {
-			o, err := p.create(t)
-			if err != nil {
-				return err
-			}
+			outs := map[outKey]*bucketOut{}
 			rs := targets[t]
-			if err := o.write(take(ch.up, rs), gather(ch.upKeys, rs), gather(ch.upSeqs, rs)); err != nil {
+			if err := p.put(p.getter(outs), t, take(ch.up, rs), nil, gather(ch.upKeys, rs), gather(ch.upSeqs, rs), false); err != nil {
+				for _, o := range outs {
+					o.discard()
+				}
 				return err
 			}
-			return p.finish(o, part)
+			return p.finishAll(outs, part)
 		})
 	}
 	parts, err := runJobs(ctx, jobs, rewriteWorkers())
@@ -412,6 +429,8 @@ func runJobs(ctx context.Context, jobs []func(*planPart) error, workers int) ([]
 // rewrite replaces the files of one bucket and folder: their rows minus
 // those the changes remove or replace, plus the upserts of mine. A group
 // that loses no row and gains none is left as it is (unless rebucketing).
+// Of a split SCD type 2 target's group, the current file is rewritten and
+// the history files only as scd2.go says; the others stay.
 func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets map[outKey][]int, rebucket bool, part *planPart) error {
 	ch := p.ch
 	type kept struct {
@@ -420,20 +439,25 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 		keep       []int
 		everything bool
 	}
-	var ks []kept
-	changed := rebucket || len(mine) > 0 || len(files) > 1
-	for _, f := range files {
+	// scan reads a file's identities and picks the rows that stay; with
+	// cur set, it notes the greatest sequence of cur's keys.
+	scan := func(f fileEntry, cur map[string]seqAt) (kept, error) {
 		ids, err := readPairs(filepath.Join(p.s.lay.idsDir(p.table, p.cur.Version), f.Name+idsSuffix))
 		if err != nil {
-			return err
+			return kept{}, err
 		}
 		if int64(ids.len()) != f.Rows {
-			return fmt.Errorf("%s: %d identities for %d rows", f.Name, ids.len(), f.Rows)
+			return kept{}, fmt.Errorf("%s: %d identities for %d rows", f.Name, ids.len(), f.Rows)
 		}
 		keep := make([]int, 0, ids.len())
 		var buf []byte
 		for i := range ids.a {
 			key, seq := ids.a[i], ids.b[i]
+			if cur != nil {
+				if c, ok := cur[key]; ok && (!c.ok || seq > c.seq) {
+					cur[key] = seqAt{seq, true}
+				}
+			}
 			if ch.hasTrunc && seq < ch.trunc {
 				continue
 			}
@@ -443,41 +467,97 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			}
 			keep = append(keep, i)
 		}
-		everything := len(keep) == ids.len()
-		changed = changed || !everything
-		ks = append(ks, kept{f, ids, keep, everything})
+		return kept{f, ids, keep, len(keep) == ids.len()}, nil
+	}
+	var curFiles, histFiles []fileEntry
+	for _, f := range files {
+		if f.Kind == kindHistory {
+			histFiles = append(histFiles, f)
+		} else {
+			curFiles = append(curFiles, f)
+		}
+	}
+	var ks []kept // the files rewritten
+	changed := rebucket || len(mine) > 0 || len(curFiles) > 1
+	var curSeqs map[string]seqAt
+	if len(histFiles) > 0 && !rebucket {
+		curSeqs = make(map[string]seqAt, len(p.goneBy[k.bucket]))
+		for _, id := range p.goneBy[k.bucket] {
+			curSeqs[id.key] = seqAt{}
+		}
+	}
+	for _, f := range curFiles {
+		x, err := scan(f, curSeqs)
+		if err != nil {
+			return err
+		}
+		// A file holding both kinds is split when its bucket is touched.
+		changed = changed || !x.everything || (p.endAt >= 0 && f.Kind == kindMixed)
+		ks = append(ks, x)
+	}
+	nCur := len(ks)
+	if len(histFiles) > 0 {
+		var cands []ident
+		if curSeqs != nil {
+			cands = historyCandidates(p.goneBy[k.bucket], curSeqs)
+		}
+		var stay []int
+		for i, f := range histFiles {
+			read := rebucket || (ch.hasTrunc && string(f.MinSeq) < ch.trunc) || mayHold(f, cands)
+			if !read {
+				stay = append(stay, i)
+				continue
+			}
+			x, err := scan(f, nil)
+			if err != nil {
+				return err
+			}
+			if !rebucket && x.everything {
+				stay = append(stay, i)
+				continue
+			}
+			changed = true
+			ks = append(ks, x)
+		}
+		if changed {
+			for _, i := range mergeHistory(histFiles, stay) {
+				x, err := scan(histFiles[i], nil)
+				if err != nil {
+					return err
+				}
+				ks = append(ks, x)
+			}
+		}
 	}
 	if !changed {
 		return nil
 	}
 	outs := map[outKey]*bucketOut{}
-	get := func(t outKey) (*bucketOut, error) {
-		if o := outs[t]; o != nil {
-			return o, nil
+	get := p.getter(outs)
+	fail := func(err error) error {
+		for _, o := range outs {
+			o.discard()
 		}
-		o, err := p.create(t)
-		if err == nil {
-			outs[t] = o
-		}
-		return o, err
+		return err
 	}
-	for _, x := range ks {
+	for j, x := range ks {
 		part.drop = append(part.drop, x.f.Name)
 		if len(x.keep) == 0 {
 			continue
 		}
 		b := batch.New(p.def.Schema, int(x.f.Rows))
 		if err := readFile(filepath.Join(p.s.lay.versionDir(p.table, p.cur.Version), x.f.Name), b, nil); err != nil {
-			return err
+			return fail(err)
 		}
 		if int64(b.Len()) != x.f.Rows {
-			return fmt.Errorf("%s: %d rows, the manifest says %d", x.f.Name, b.Len(), x.f.Rows)
+			return fail(fmt.Errorf("%s: %d rows, the manifest says %d", x.f.Name, b.Len(), x.f.Rows))
 		}
 		var sel []int // the rows of b that stay (nil: every row), gathered by finish
 		if !x.everything {
 			sel = x.keep
 		}
 		keys, seqs := gather(x.ids.a, x.keep), gather(x.ids.b, x.keep)
+		closed := j >= nCur // a history file's rows
 		// Split by bucket when the buckets grow.
 		split := map[int][]int{}
 		var bs []int
@@ -492,40 +572,66 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			split[nb] = append(split[nb], i)
 		}
 		for _, nb := range bs {
-			o, err := get(outKey{nb, k.dir})
-			if err != nil {
-				return err
-			}
+			t := outKey{bucket: nb, dir: k.dir}
 			rs := split[nb]
+			var err error
 			if len(rs) == len(keys) {
-				err = o.writeSel(b, sel, keys, seqs)
+				err = p.put(get, t, b, sel, keys, seqs, closed)
 			} else {
 				rows := rs
 				if sel != nil {
 					rows = gather(sel, rs)
 				}
-				err = o.writeSel(b, rows, gather(keys, rs), gather(seqs, rs))
+				err = p.put(get, t, b, rows, gather(keys, rs), gather(seqs, rs), closed)
 			}
 			if err != nil {
-				return err
+				return fail(err)
 			}
 		}
 	}
 	for _, t := range mine {
-		o, err := get(t)
-		if err != nil {
-			return err
-		}
 		rs := targets[t]
-		if err := o.write(take(ch.up, rs), gather(ch.upKeys, rs), gather(ch.upSeqs, rs)); err != nil {
-			return err
+		if err := p.put(get, t, take(ch.up, rs), nil, gather(ch.upKeys, rs), gather(ch.upSeqs, rs), false); err != nil {
+			return fail(err)
 		}
 	}
+	return p.finishAll(outs, part)
+}
+
+// getter returns a function that returns the output of outs for a key,
+// created on first use.
+func (p *planner) getter(outs map[outKey]*bucketOut) func(outKey) (*bucketOut, error) {
+	return func(t outKey) (*bucketOut, error) {
+		if o := outs[t]; o != nil {
+			return o, nil
+		}
+		o, err := p.create(t)
+		if err == nil {
+			outs[t] = o
+		}
+		return o, err
+	}
+}
+
+// finishAll finishes the outputs in bucket order, current before history;
+// on an error the others are discarded.
+func (p *planner) finishAll(outs map[outKey]*bucketOut, part *planPart) error {
 	ts := make([]outKey, 0, len(outs))
 	for t := range outs {
 		ts = append(ts, t)
 	}
-	slices.SortFunc(ts, func(a, b outKey) int { return a.bucket - b.bucket })
+	slices.SortFunc(ts, func(a, b outKey) int {
+		if a.bucket != b.bucket {
+			return a.bucket - b.bucket
+		}
+		if a.hist != b.hist {
+			if a.hist {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a.dir, b.dir)
+	})
 	for i, t := range ts {
 		if err := p.finish(outs[t], part); err != nil {
 			for _, u := range ts[i+1:] {
@@ -539,7 +645,14 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 
 // create starts the file of an output bucket.
 func (p *planner) create(t outKey) (*bucketOut, error) {
-	name := path.Join(t.dir, fmt.Sprintf("b%05d-%012d.parquet", t.bucket, p.cur.Version+1))
+	prefix, kind := "b", kindMixed
+	if p.endAt >= 0 {
+		kind = kindCurrent
+		if t.hist {
+			prefix, kind = "h", kindHistory
+		}
+	}
+	name := path.Join(t.dir, fmt.Sprintf("%s%05d-%012d.parquet", prefix, t.bucket, p.cur.Version+1))
 	if t.dir != "" {
 		p.mu.Lock()
 		if !p.dirs[t.dir] {
@@ -564,12 +677,7 @@ func (p *planner) create(t outKey) (*bucketOut, error) {
 		fw.discard()
 		return nil, err
 	}
-	return &bucketOut{entry: fileEntry{Name: name, Bucket: t.bucket}, fw: fw, ids: ids}, nil
-}
-
-// write adds rows to the output (written by finish).
-func (o *bucketOut) write(b *batch.Batch, keys, seqs []string) error {
-	return o.writeSel(b, nil, keys, seqs)
+	return &bucketOut{entry: fileEntry{Name: name, Bucket: t.bucket, Kind: kind}, fw: fw, ids: ids}, nil
 }
 
 // writeSel adds rows of b to the output: row rows[i] (or i when rows is
@@ -694,12 +802,16 @@ func (o *bucketOut) discard() {
 func (p *planner) finish(o *bucketOut, part *planPart) error {
 	refs := merged(o.segs)
 	if len(refs) > 0 {
-		minSeq := ""
+		minSeq, maxSeq := "", ""
 		for i, r := range refs {
 			sg := o.segs[r.seg]
-			o.ids.add(sg.keys[r.row], sg.seqs[r.row])
-			if i == 0 || sg.seqs[r.row] < minSeq {
-				minSeq = sg.seqs[r.row]
+			seq := sg.seqs[r.row]
+			o.ids.add(sg.keys[r.row], seq)
+			if i == 0 || seq < minSeq {
+				minSeq = seq
+			}
+			if i == 0 || seq > maxSeq {
+				maxSeq = seq
 			}
 		}
 		// From identities to the rows of the segments' batches.
@@ -711,6 +823,9 @@ func (p *planner) finish(o *bucketOut, part *planPart) error {
 		rows := gatherRows(p.def.Schema, o.segs, refs)
 		o.entry.Rows = int64(len(refs))
 		o.entry.MinSeq = []byte(minSeq)
+		if o.entry.Kind != kindMixed {
+			o.entry.MaxSeq = []byte(maxSeq)
+		}
 		o.segs = nil
 		if err := o.fw.write(rows); err != nil {
 			o.fw.discard()

@@ -73,6 +73,25 @@
 // average more than twice Options.BucketRows rows (then every file is
 // rewritten once, to buckets of half to all of BucketRows), up to 4096.
 //
+// An SCD type 2 target (one with an __END_AT column; scd2.go) splits each
+// bucket and folder into one current file, b<bucket>-<version>.parquet,
+// holding its rows whose __END_AT is NULL, and history files,
+// h<bucket>-<version>.parquet, holding closed versions; the manifest
+// records per file its kind ("current" or "history") and greatest
+// sequence. A load touching a bucket rewrites its current file and writes
+// the versions it closes into one new history file, so that loads do not
+// rewrite a growing history. It rewrites a history file only when it
+// removes or replaces one of its rows (a late event splitting or absorbing
+// a closed version): such an identity's key has no current row in the
+// bucket, or one with a greater sequence (a key's current version is its
+// latest), and the file's sequence range holds it; only those files'
+// sidecars are read. A rewritten history file's remaining rows join the
+// load's new history file. When a bucket and folder would hold more than 8
+// history files, the load merges the smallest into its new one, leaving 4.
+// A file without a kind (as destinations made before the split have) holds
+// both; the first load touching its bucket splits it. SCD type 1 targets
+// keep one file per bucket and folder.
+//
 // A load stages its changes per CDC target: upserts in
 // <table>.cdc.up.parquet (the table's columns, then _sluice_key and
 // _sluice_seq), removed identities in <table>.cdc.rm, states in
@@ -202,8 +221,9 @@
 //
 // A background goroutine (every Options.CompactInterval; Close stops it), or
 // Compact, merges an append target's small files per folder into one file
-// (a CDC target's loads already keep one file per bucket and folder, so
-// compaction leaves it alone): the inputs
+// (a CDC target's loads already keep one file per bucket and folder, and
+// merge an SCD type 2 target's history files themselves, so compaction
+// leaves it alone): the inputs
 // are hard-linked into a locked staging folder and merged outside the lock;
 // then under the lock the current manifest is read again, and only if every
 // input is still in it is a new version published (the current files minus

@@ -27,8 +27,9 @@ type manifest struct {
 	Files   []fileEntry `json:"files"`
 	// Buckets is set for a CDC target: its rows are spread over this many
 	// buckets (a power of two) by a hash of their key (see bucketOf); each
-	// bucket has at most one file per partition folder, and each file an
-	// identity sidecar in the version's .ids folder.
+	// bucket has at most one file per partition folder (an SCD type 2
+	// target: one current file and up to maxHistoryFiles history files),
+	// and each file an identity sidecar in the version's .ids folder.
 	Buckets int `json:"buckets,omitempty"`
 }
 
@@ -44,6 +45,12 @@ type fileEntry struct {
 	// (a truncate above it rewrites the file).
 	Bucket int    `json:"bucket,omitempty"`
 	MinSeq []byte `json:"min_seq,omitempty"`
+	// SCD type 2 targets (scd2.go): the greatest sequence of the file's
+	// rows, and whether it holds the bucket's current versions
+	// (kindCurrent) or closed ones (kindHistory); "" for SCD type 1 and for
+	// files holding both, as destinations made before the split have.
+	MaxSeq []byte `json:"max_seq,omitempty"`
+	Kind   string `json:"kind,omitempty"`
 }
 
 // errNoTable is returned by current for a table without a folder.

@@ -1,0 +1,170 @@
+package local
+
+import (
+	"slices"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// An SCD type 2 target keeps, per bucket and partition folder, one current
+// file (b<bucket>-<version>.parquet: the rows whose __END_AT is NULL) and
+// any number of history files (h<bucket>-<version>.parquet: closed
+// versions). A load that touches a bucket rewrites its current file and
+// writes the versions it closes into one new history file; it rewrites an
+// existing history file only when it removes or replaces one of its rows
+// (a late event splitting or absorbing a closed version), or to merge the
+// bucket's history files when they exceed maxHistoryFiles. A rewritten
+// history file's remaining rows go into the load's new history file, so a
+// bucket still gains at most one file per load.
+//
+// Finding the history rows a load replaces without reading every history
+// sidecar rests on S2.2: a key's current version is its latest, so every
+// closed version of a key whose current row has sequence c starts below c.
+// A replaced or removed identity (key, s) can therefore be in a history
+// file only when its key has no row in the bucket's current file or s is
+// below that row's sequence, and only in a file whose sequence range holds
+// s; only the sidecars of such files are read.
+
+// File kinds of an SCD type 2 target (fileEntry.Kind).
+const (
+	kindMixed   = "" // SCD type 1, and SCD type 2 files made before the split
+	kindCurrent = "current"
+	kindHistory = "history"
+)
+
+// endAtColumn is the column whose NULL marks an SCD type 2 row current.
+const endAtColumn = "__END_AT"
+
+// maxHistoryFiles bounds the history files of a bucket and folder: a load
+// that would leave more merges the smallest into its new history file,
+// down to half as many (each row is so rewritten a logarithmic number of
+// times).
+const maxHistoryFiles = 8
+
+// splitColumn returns the index of __END_AT in an SCD type 2 target's
+// columns, or -1 when its files are not split into current and history
+// (SCD type 1, or a table without the column).
+func splitColumn(def tableDef) int {
+	if def.Kind != sinks.KindSCD2 {
+		return -1
+	}
+	return def.Schema.Index(endAtColumn)
+}
+
+// seqAt is the greatest sequence of a key's rows in a bucket's current
+// files; ok is false when it has none.
+type seqAt struct {
+	seq string
+	ok  bool
+}
+
+// historyCandidates returns the identities among gone (those a load
+// removes or replaces in one bucket) that may be in a history file, given
+// the greatest sequence of each of their keys in the bucket's current
+// files (see the comment at the top).
+func historyCandidates(gone []ident, cur map[string]seqAt) []ident {
+	var out []ident
+	for _, id := range gone {
+		if c := cur[id.key]; !c.ok || id.seq < c.seq {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// mayHold reports whether a history file may hold one of the candidate
+// identities: one whose sequence is in the file's range.
+func mayHold(f fileEntry, cands []ident) bool {
+	for _, id := range cands {
+		if id.seq >= string(f.MinSeq) && id.seq <= string(f.MaxSeq) {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeHistory returns which of a bucket's history files that stay (by
+// index into files) a load merges into its new history file: none while
+// the stayers and the new file number at most maxHistoryFiles, else the
+// smallest, leaving maxHistoryFiles/2 - 1 beside the new file.
+func mergeHistory(files []fileEntry, stay []int) []int {
+	if len(stay)+1 <= maxHistoryFiles {
+		return nil
+	}
+	order := slices.Clone(stay)
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case files[a].Rows < files[b].Rows:
+			return -1
+		case files[a].Rows > files[b].Rows:
+			return 1
+		}
+		return 0
+	})
+	return order[:len(order)-(maxHistoryFiles/2-1)]
+}
+
+// put adds rows of b (rows sel[i], or i when sel is nil) with identities
+// keys[i], seqs[i] to the output t, through get. For a split SCD type 2
+// target the rows go to t's current or history output by their __END_AT,
+// or all to its history output when closed is set (rows of a history file).
+func (p *planner) put(get func(outKey) (*bucketOut, error), t outKey, b *batch.Batch, sel []int, keys, seqs []string, closed bool) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if p.endAt < 0 {
+		o, err := get(t)
+		if err != nil {
+			return err
+		}
+		return o.writeSel(b, sel, keys, seqs)
+	}
+	cur, hist := t, t
+	cur.hist, hist.hist = false, true
+	if closed {
+		o, err := get(hist)
+		if err != nil {
+			return err
+		}
+		return o.writeSel(b, sel, keys, seqs)
+	}
+	end := b.Vectors[p.endAt]
+	var open, shut []int // indexes into keys
+	for i := range keys {
+		r := i
+		if sel != nil {
+			r = sel[i]
+		}
+		if end.IsNull(r) {
+			open = append(open, i)
+		} else {
+			shut = append(shut, i)
+		}
+	}
+	for _, g := range []struct {
+		t  outKey
+		is []int
+	}{{cur, open}, {hist, shut}} {
+		if len(g.is) == 0 {
+			continue
+		}
+		o, err := get(g.t)
+		if err != nil {
+			return err
+		}
+		if len(g.is) == len(keys) {
+			err = o.writeSel(b, sel, keys, seqs)
+		} else {
+			rows := g.is
+			if sel != nil {
+				rows = gather(sel, g.is)
+			}
+			err = o.writeSel(b, rows, gather(keys, g.is), gather(seqs, g.is))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

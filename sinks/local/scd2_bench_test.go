@@ -1,0 +1,45 @@
+package local
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// BenchmarkSCD2InOrder loads 10 batches of in-order changes into an SCD
+// type 2 target of 100,000 keys: each closes the current version of 20,000
+// keys and opens a new one, so the history grows by 20,000 versions a
+// batch.
+func BenchmarkSCD2InOrder(b *testing.B) {
+	ctx := context.Background()
+	const keys = 100_000
+	for b.Loop() {
+		b.StopTimer()
+		s := openTest(b, testOpts(b.TempDir()))
+		if err := s.Ensure(ctx, []sinks.Table{verTable}); err != nil {
+			b.Fatal(err)
+		}
+		last := make([]int64, keys) // each key's current version's start
+		var first verChange
+		for id := range int64(keys) {
+			first.up = append(first.up, ver{id, "a", 1, 0})
+			last[id] = 1
+		}
+		if err := commitVer(ctx, s, first); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for n := int64(2); n <= 11; n++ {
+			var c verChange
+			for i := range int64(20_000) {
+				id := (i*5 + n) % keys
+				c.up = append(c.up, ver{id, "a", last[id], n}, ver{id, "b", n, 0})
+				last[id] = n
+			}
+			if err := commitVer(ctx, s, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,469 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+var verSchema = batch.Schema{Columns: []batch.Column{
+	{Name: "id", Type: batch.Int64},
+	{Name: "name", Type: batch.String},
+	{Name: "__START_AT", Type: batch.Int64},
+	{Name: "__END_AT", Type: batch.Int64, Nullable: true},
+}}
+
+var verTable = sinks.Table{Name: "ver", Schema: verSchema, Kind: sinks.KindSCD2, Keys: []string{"id"}}
+
+// ver is a version of a key of the ver table; end 0 is NULL (current).
+type ver struct {
+	id         int64
+	name       string
+	start, end int64
+}
+
+func (v ver) ident() ident { return ident{ck(v.id), cs(v.start)} }
+
+// verChange is one load of changes to the ver table.
+type verChange struct{ up, rm []ver }
+
+func verRows(vs []ver) (*batch.Batch, []string, []string) {
+	b := batch.New(verSchema, len(vs))
+	var keys, seqs []string
+	for _, v := range vs {
+		b.Vectors[0].AppendInt(v.id)
+		b.Vectors[1].AppendString(v.name)
+		b.Vectors[2].AppendInt(v.start)
+		if v.end == 0 {
+			b.Vectors[3].AppendNull()
+		} else {
+			b.Vectors[3].AppendInt(v.end)
+		}
+		keys = append(keys, ck(v.id))
+		seqs = append(seqs, cs(v.start))
+	}
+	return b, keys, seqs
+}
+
+func commitVer(ctx context.Context, s *Sink, c verChange) error {
+	ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: nextLoadID(), Pipeline: "p", Flow: "scd2", Targets: []string{verTable.Name}})
+	if err != nil {
+		return err
+	}
+	cl := ld.(sinks.CDCLoad)
+	if len(c.rm) > 0 {
+		b, k, q := verRows(c.rm)
+		if err := cl.Remove(ctx, verTable.Name, b, k, q); err != nil {
+			return err
+		}
+	}
+	if len(c.up) > 0 {
+		b, k, q := verRows(c.up)
+		if err := cl.Upsert(ctx, verTable.Name, b, k, q); err != nil {
+			return err
+		}
+	}
+	return ld.Commit(ctx, sinks.Commit{})
+}
+
+// verModel is the expected content of the ver table.
+type verModel map[ident]ver
+
+func (m verModel) apply(c verChange) {
+	for _, v := range c.rm {
+		delete(m, v.ident())
+	}
+	for _, v := range c.up {
+		m[v.ident()] = v
+	}
+}
+
+// checkVer compares the table's rows (every file of its folder) with the
+// model, and checks the layout: current rows only in current files, closed
+// ones only in history files, at most maxHistoryFiles history files per
+// bucket, sidecars exact, sequence ranges holding the files' rows.
+func checkVer(t *testing.T, s *Sink, want verModel) {
+	t.Helper()
+	b, err := s.Scan(context.Background(), verTable.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := verModel{}
+	for i := range b.Len() {
+		v := ver{id: b.Vectors[0].Ints[i], name: b.Vectors[1].Strs[i], start: b.Vectors[2].Ints[i]}
+		if !b.Vectors[3].IsNull(i) {
+			v.end = b.Vectors[3].Ints[i]
+		}
+		if _, dup := got[v.ident()]; dup {
+			t.Fatalf("version %+v twice", v)
+		}
+		got[v.ident()] = v
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d versions, want %d", len(got), len(want))
+	}
+	for id, w := range want {
+		if g, ok := got[id]; !ok || g != w {
+			t.Fatalf("version %v is %+v (present %v), want %+v", id, g, ok, w)
+		}
+	}
+	m := manifestOf(t, s, verTable.Name)
+	hist := map[outKey]int{}
+	for _, f := range m.Files {
+		ids, err := readPairs(filepath.Join(s.lay.idsDir(verTable.Name, m.Version), f.Name+idsSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := batch.New(verSchema, 0)
+		if err := readFile(filepath.Join(s.lay.versionDir(verTable.Name, m.Version), f.Name), rows, nil); err != nil {
+			t.Fatal(err)
+		}
+		if rows.Len() != ids.len() || int64(rows.Len()) != f.Rows {
+			t.Fatalf("%s: %d rows, %d identities, manifest %d", f.Name, rows.Len(), ids.len(), f.Rows)
+		}
+		if f.Kind == kindHistory {
+			hist[outKey{bucket: f.Bucket, dir: dirOf(f.Name)}]++
+		}
+		for i := range rows.Len() {
+			if ids.a[i] != ck(rows.Vectors[0].Ints[i]) || ids.b[i] != cs(rows.Vectors[2].Ints[i]) {
+				t.Fatalf("%s row %d: identity %q %q for id %d start %d", f.Name, i, ids.a[i], ids.b[i], rows.Vectors[0].Ints[i], rows.Vectors[2].Ints[i])
+			}
+			if bucketOf(bucketHash(ids.a[i]), m.Buckets) != f.Bucket {
+				t.Fatalf("%s row %d: key outside bucket %d", f.Name, i, f.Bucket)
+			}
+			if open := rows.Vectors[3].IsNull(i); open != (f.Kind == kindCurrent) && f.Kind != kindMixed {
+				t.Fatalf("%s (%s) row %d: open %v", f.Name, f.Kind, i, open)
+			}
+			if ids.b[i] < string(f.MinSeq) || (f.Kind != kindMixed && ids.b[i] > string(f.MaxSeq)) {
+				t.Fatalf("%s row %d: seq %q outside [%q, %q]", f.Name, i, ids.b[i], f.MinSeq, f.MaxSeq)
+			}
+		}
+	}
+	for k, n := range hist {
+		if n > maxHistoryFiles {
+			t.Fatalf("bucket %d holds %d history files, at most %d", k.bucket, n, maxHistoryFiles)
+		}
+	}
+}
+
+// filesOf returns the names of the current version's files of a bucket by
+// kind.
+func filesOf(t *testing.T, s *Sink, bucket int, kind string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range manifestOf(t, s, verTable.Name).Files {
+		if f.Bucket == bucket && f.Kind == kind {
+			out = append(out, f.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// verSetup makes a ver table of 200 keys, each with a closed version
+// [10, 20) and a current one from 20, spread over 4 buckets.
+func verSetup(t *testing.T, opts Options) (*Sink, verModel) {
+	t.Helper()
+	ctx := context.Background()
+	s := openTest(t, opts)
+	if err := s.Ensure(ctx, []sinks.Table{verTable}); err != nil {
+		t.Fatal(err)
+	}
+	want := verModel{}
+	var first verChange
+	for id := range int64(100) {
+		first.up = append(first.up, ver{id, "a", 10, 20}, ver{id, "b", 20, 0})
+	}
+	if err := commitVer(ctx, s, first); err != nil {
+		t.Fatal(err)
+	}
+	want.apply(first)
+	if m := manifestOf(t, s, verTable.Name); m.Buckets != 4 {
+		t.Fatalf("%d buckets, want 4", m.Buckets)
+	}
+	return s, want
+}
+
+func TestSCD2HistoryFiles(t *testing.T) {
+	ctx := context.Background()
+	opts := testOpts(t.TempDir())
+	opts.BucketRows = 64
+	s, want := verSetup(t, opts)
+	checkVer(t, s, want)
+	keys := keysInBuckets(0, 3, 4, 1)
+	k := keys[0]
+	seq := int64(20) // k's current version starts here
+
+	apply := func(c verChange) (dropped []string) {
+		t.Helper()
+		before := manifestOf(t, s, verTable.Name)
+		if err := commitVer(ctx, s, c); err != nil {
+			t.Fatal(err)
+		}
+		want.apply(c)
+		checkVer(t, s, want)
+		after := map[string]bool{}
+		for _, f := range manifestOf(t, s, verTable.Name).Files {
+			after[f.Name] = true
+		}
+		for _, f := range before.Files {
+			if !after[f.Name] {
+				dropped = append(dropped, f.Name)
+			}
+		}
+		slices.Sort(dropped)
+		return dropped
+	}
+	// next closes k's current version and opens one at seq+10.
+	next := func() verChange {
+		c := verChange{up: []ver{{k, fmt.Sprint("v", seq), seq, seq + 10}, {k, fmt.Sprint("v", seq+10), seq + 10, 0}}}
+		seq += 10
+		return c
+	}
+
+	// An in-order change rewrites the bucket's current file only, and adds
+	// a history file.
+	hist := filesOf(t, s, 1, kindHistory)
+	cur := filesOf(t, s, 1, kindCurrent)
+	if len(hist) != 1 || len(cur) != 1 {
+		t.Fatalf("bucket 1: history %v, current %v; want one of each", hist, cur)
+	}
+	if got := apply(next()); !slices.Equal(got, cur) {
+		t.Fatalf("an in-order change dropped %v, want %v", got, cur)
+	}
+	if got := filesOf(t, s, 1, kindHistory); len(got) != 2 || !slices.Contains(got, hist[0]) {
+		t.Fatalf("history files %v, want %s and a new one", got, hist[0])
+	}
+
+	// A new key with two versions in one load: its closed version goes to
+	// a new history file, and no history file is rewritten.
+	fresh := keysInBuckets(1000, 1, 4, 1)[0]
+	cur = filesOf(t, s, 1, kindCurrent)
+	if got := apply(verChange{up: []ver{{fresh, "x", 100, 110}, {fresh, "y", 110, 0}}}); !slices.Equal(got, cur) {
+		t.Fatalf("a new key dropped %v, want %v", got, cur)
+	}
+
+	// A late event splitting k's first version [10, 20) rewrites the history
+	// file that holds it (its other rows join the load's new history file).
+	cur = filesOf(t, s, 1, kindCurrent)
+	late := verChange{up: []ver{{k, "a", 10, 15}, {k, "late", 15, 20}}}
+	if got := apply(late); !slices.Equal(got, append(slices.Clone(cur), hist[0])) {
+		t.Fatalf("a late event dropped %v, want %v and %s", got, cur, hist[0])
+	}
+
+	// A late removal of a closed version (the zero-width version a delete
+	// at the same sequence erases) rewrites its history file.
+	cur = filesOf(t, s, 1, kindCurrent)
+	var holder string
+	for _, h := range filesOf(t, s, 1, kindHistory) {
+		m := manifestOf(t, s, verTable.Name)
+		ids, err := readPairs(filepath.Join(s.lay.idsDir(verTable.Name, m.Version), h+idsSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ids.a {
+			if ids.a[i] == ck(k) && ids.b[i] == cs(15) {
+				holder = h
+			}
+		}
+	}
+	if holder == "" {
+		t.Fatal("no history file holds the late version")
+	}
+	rm := verChange{rm: []ver{{id: k, start: 15}}, up: []ver{{k, "a", 10, 20}}}
+	if got := apply(rm); !slices.Equal(got, append(slices.Clone(cur), holder)) {
+		t.Fatalf("a late removal dropped %v, want %v and %s", got, cur, holder)
+	}
+
+	// In-order changes add a history file per load until there are too
+	// many: then the smallest are merged into the new one.
+	most := 0
+	for range 3 * maxHistoryFiles {
+		apply(next())
+		most = max(most, len(filesOf(t, s, 1, kindHistory)))
+	}
+	if most != maxHistoryFiles {
+		t.Fatalf("at most %d history files in bucket 1, want %d", most, maxHistoryFiles)
+	}
+	// The other buckets were never touched.
+	for _, b := range []int{0, 2, 3} {
+		if n := len(filesOf(t, s, b, kindHistory)); n != 1 {
+			t.Fatalf("bucket %d: %d history files, want 1", b, n)
+		}
+	}
+	checkVer(t, openTest(t, opts), want)
+}
+
+// TestSCD2Rebucket grows the table past its buckets: every file, history
+// included, is rewritten into the new buckets.
+func TestSCD2Rebucket(t *testing.T) {
+	ctx := context.Background()
+	opts := testOpts(t.TempDir())
+	opts.BucketRows = 64
+	s, want := verSetup(t, opts)
+	var grow verChange
+	for id := int64(5000); id < 5300; id++ {
+		grow.up = append(grow.up, ver{id, "g", 5, 7}, ver{id, "h", 7, 0})
+	}
+	if err := commitVer(ctx, s, grow); err != nil {
+		t.Fatal(err)
+	}
+	want.apply(grow)
+	m := manifestOf(t, s, verTable.Name)
+	if m.Buckets != 16 || len(m.Files) != 32 {
+		t.Fatalf("%d buckets in %d files, want 16 in 32", m.Buckets, len(m.Files))
+	}
+	checkVer(t, s, want)
+}
+
+// TestSCD2MixedFiles opens a table whose manifest has no file kinds, as
+// the code before the split into current and history wrote: its files are
+// read as they are, and a bucket's are split when a load touches it.
+func TestSCD2MixedFiles(t *testing.T) {
+	ctx := context.Background()
+	opts := testOpts(t.TempDir())
+	opts.BucketRows = 64
+	s, want := verSetup(t, opts)
+	m := manifestOf(t, s, verTable.Name)
+	for i := range m.Files {
+		m.Files[i].Kind, m.Files[i].MaxSeq = kindMixed, nil
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.lay.manifestFile(verTable.Name, m.Version), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, opts)
+	checkVer(t, s, want)
+	k := keysInBuckets(0, 1, 4, 2)[0]
+	c := verChange{up: []ver{{k, "b", 20, 30}, {k, "c", 30, 0}, {k, "early", 5, 10}}}
+	if err := commitVer(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	want.apply(c)
+	checkVer(t, s, want)
+	after := manifestOf(t, s, verTable.Name)
+	for _, f := range after.Files {
+		if split := f.Kind != kindMixed; split != (f.Bucket == 2) {
+			t.Fatalf("%s (bucket %d) has kind %q", f.Name, f.Bucket, f.Kind)
+		}
+	}
+}
+
+// TestSCD2Crash kills the Sink at each step of a load that splits a
+// closed version (rewriting a history file), or that merges history files,
+// and checks that recovery gives exactly the committed content.
+func TestSCD2Crash(t *testing.T) {
+	type crashCase struct {
+		name      string
+		point     string
+		committed bool
+		late      bool // the load splits a closed version; else it merges
+	}
+	var tests []crashCase
+	for _, p := range []crashCase{
+		{"after staging", "staged", false, false},
+		{"after the ledger append", "committed", true, false},
+		{"after the version folder, before its swap", "publish", true, false},
+		{"after the swap", "publish+swapped", true, false},
+	} {
+		tests = append(tests, p)
+		p.name, p.late = p.name+", late event", true
+		tests = append(tests, p)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			opts := testOpts(t.TempDir())
+			opts.BucketRows = 64
+			s1, want := verSetup(t, opts)
+			k := keysInBuckets(0, 1, 4, 3)[0]
+			// Fill bucket 3 with history files up to the bound.
+			seq := int64(20)
+			for range maxHistoryFiles - 1 {
+				c := verChange{up: []ver{{k, fmt.Sprint("v", seq), seq, seq + 10}, {k, fmt.Sprint("v", seq+10), seq + 10, 0}}}
+				if err := commitVer(ctx, s1, c); err != nil {
+					t.Fatal(err)
+				}
+				want.apply(c)
+				seq += 10
+			}
+			if n := len(filesOf(t, s1, 3, kindHistory)); n != maxHistoryFiles {
+				t.Fatalf("%d history files, want %d", n, maxHistoryFiles)
+			}
+			// An in-order change (merging the history files), or a late
+			// split of [10, 20) (rewriting the history file that holds it).
+			crashing := verChange{up: []ver{{k, fmt.Sprint("v", seq), seq, seq + 10}, {k, "last", seq + 10, 0}}}
+			if tc.late {
+				crashing.up = append(crashing.up, ver{k, "a", 10, 12}, ver{k, "late", 12, 20})
+			}
+			s1.crash = crashAfter(tc.point, 1)
+			if err := commitVer(ctx, s1, crashing); !errors.Is(err, errCrash) {
+				t.Fatalf("commit: %v, want the simulated crash", err)
+			}
+			if tc.committed {
+				want.apply(crashing)
+			}
+			s2 := openTest(t, opts)
+			if _, err := s2.Recover(ctx); err != nil {
+				t.Fatalf("Recover: %v", err)
+			}
+			checkVer(t, s2, want)
+			if n := len(filesOf(t, s2, 3, kindHistory)); tc.committed && !tc.late && n > maxHistoryFiles/2 {
+				t.Fatalf("%d history files after the merge, want at most %d", n, maxHistoryFiles/2)
+			}
+			// Publishing again changes nothing; the next load applies on top.
+			if _, err := s2.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			checkVer(t, s2, want)
+			next := verChange{up: []ver{{k, "late2", 11, 12}, {k, "a", 10, 11}}}
+			if !tc.committed || !tc.late {
+				next = verChange{up: []ver{{k, "late2", 11, 20}, {k, "a", 10, 11}}}
+			}
+			if err := commitVer(ctx, s2, next); err != nil {
+				t.Fatal(err)
+			}
+			want.apply(next)
+			checkVer(t, s2, want)
+		})
+	}
+}
+
+func TestHistoryHelpers(t *testing.T) {
+	files := []fileEntry{{Rows: 5}, {Rows: 1}, {Rows: 9}, {Rows: 2}, {Rows: 7}, {Rows: 3}, {Rows: 8}, {Rows: 4}, {Rows: 6}}
+	tests := []struct {
+		name string
+		stay []int
+		want []int
+	}{
+		{"room for the new file", []int{0, 1, 2, 3, 4, 5, 6}, nil},
+		{"one too many: the smallest merged, three stay", []int{0, 1, 2, 3, 4, 5, 6, 7}, []int{1, 3, 5, 7, 0}},
+		{"some rewritten already", []int{0, 2, 4}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mergeHistory(files, tc.stay); !slices.Equal(got, tc.want) {
+				t.Fatalf("merge %v, want %v", got, tc.want)
+			}
+		})
+	}
+	gone := []ident{{"a", "5"}, {"a", "3"}, {"b", "1"}, {"c", "9"}}
+	cands := historyCandidates(gone, map[string]seqAt{"a": {"4", true}, "b": {}, "c": {"2", true}})
+	if want := []ident{{"a", "3"}, {"b", "1"}}; !slices.Equal(cands, want) {
+		t.Fatalf("candidates %v, want %v", cands, want)
+	}
+	if !mayHold(fileEntry{MinSeq: []byte("2"), MaxSeq: []byte("3")}, cands) || mayHold(fileEntry{MinSeq: []byte("4"), MaxSeq: []byte("8")}, cands) {
+		t.Fatal("mayHold misjudges a sequence range")
+	}
+}
