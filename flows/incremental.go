@@ -309,6 +309,9 @@ func (ir *incrementalRun) replacePartitions(ctx context.Context, files []backfil
 		if i < 0 || ir.rs.hive.Index(name) < 0 {
 			return fmt.Errorf("write: replace_partitions: partition_by column %s of %s is not a Hive folder of the source's files (%s=<value>/)", name, ir.f.Target, name)
 		}
+		if ir.rs.inRead.Index(name) < 0 {
+			return fmt.Errorf("write: replace_partitions: partition_by column %s is not among the source's columns: declare it there (its values come from the %s=<value>/ folders)", name, name)
+		}
 		cols = append(cols, target.Schema.Columns[i])
 	}
 

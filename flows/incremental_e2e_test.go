@@ -396,3 +396,38 @@ flows:
 		})
 	}
 }
+
+// TestReplacePartitionsNeedsHiveColumns: the partition columns must come
+// from the source's Hive folders, else the run stops before writing.
+func TestReplacePartitionsNeedsHiveColumns(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, columns, day, want string
+	}{
+		{"not a folder", "flat/*.parquet", "", "", "is not a Hive folder"},
+		{"not declared", "sales/day=*/*.parquet", "columns: [{name: id, type: int64}, {name: amount, type: int64}]", ", nullable: true", "declare it there"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStepper(t, "127.0.0.1:1", "  local: {path: "+t.TempDir()+"}", fmt.Sprintf(`tables:
+  - name: sales
+    columns:
+      - {name: id, type: int64}
+      - {name: amount, type: int64}
+      - {name: day, type: date%s}
+    partition_by: [day]
+flows:
+  - name: daily
+    target: sales
+    kind: append
+    write: replace_partitions
+    source: {files: {path: %q, %s}}
+    incremental: {cursor: id}
+`, tc.day, tc.path, tc.columns))
+			writeDay(t, s.dir, 1, 2, 1)
+			writeParquet(t, filepath.Join(s.dir, "flat", "a.parquet"), []saleRow{{1, 1}})
+			err := s.tryUpdateWith(flows.Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("update: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
