@@ -74,6 +74,11 @@ type Options struct {
 	// backfill.DefaultProgressInterval. nil: log lines only.
 	Progress io.Writer
 
+	// ExpireEvery is how often run forgets, for keys that get no more
+	// events, what CDC state keeps longer than tombstone_retention; default
+	// a quarter of the retention, within [1m, 6h].
+	ExpireEvery time.Duration
+
 	// PollFiles is how often run looks for new files of files and
 	// snapshots flows; default DefaultPollFiles.
 	PollFiles time.Duration
@@ -191,6 +196,7 @@ func (r *runner) execute(ctx context.Context) error {
 
 	flowCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	waitExpire := r.expireLoops(flowCtx, targets, handlers)
 	var (
 		mu   sync.Mutex
 		errs *multierror.Error
@@ -221,6 +227,8 @@ func (r *runner) execute(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	cancel()
+	waitExpire()
 	return errs.ErrorOrNil()
 }
 

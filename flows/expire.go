@@ -1,0 +1,102 @@
+package flows
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// expirePage is how many keys one expiry load re-examines.
+const expirePage = 10_000
+
+// expireEvery is how often `run` re-examines a CDC target's keys: a quarter
+// of the longest tombstone_retention of its flows, within [1m, 6h], unless
+// Options.ExpireEvery is set.
+func (r *runner) expireEvery(h *cdcHandler) time.Duration {
+	if r.opts.ExpireEvery > 0 {
+		return r.opts.ExpireEvery
+	}
+	return min(max(h.cfg.TombstoneRetention/4, time.Minute), 6*time.Hour)
+}
+
+// expireLoops forgets, in run mode, what CDC targets' key states remember
+// longer than tombstone_retention for keys that get no more events (a key
+// that gets an event forgets it then): tombstones of deleted keys, and the
+// members of coalesced SCD type 2 versions. Forgetting changes no row.
+// It returns once the loops are started; wait waits for them to end, after
+// ctx is done.
+func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget, handlers []batchHandler) (wait func()) {
+	var wg sync.WaitGroup
+	lister, ok := r.sink.(sinks.StateLister)
+	if !ok || r.opts.Mode != ModeRun {
+		return wg.Wait
+	}
+	for name, t := range targets {
+		// The flow whose retention is longest decides: forgetting later
+		// than a flow asks is safe, earlier is not.
+		var h *cdcHandler
+		for _, bh := range handlers {
+			if ch, ok := bh.(*cdcHandler); ok && ch.flow.Target == name && (h == nil || ch.cfg.TombstoneRetention > h.cfg.TombstoneRetention) {
+				h = ch
+			}
+		}
+		if h == nil {
+			continue
+		}
+		wg.Go(func() {
+			every := r.expireEvery(h)
+			for sleep(ctx, every) == nil {
+				n, err := r.expireTarget(ctx, t, h, lister)
+				switch {
+				case err != nil && ctx.Err() == nil:
+					r.log.Warn("state expiry stopped; it runs again later", "table", name, "err", err)
+				case n > 0:
+					r.log.Info("expired state forgotten", "table", name, "keys", n)
+				}
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// expireTarget runs the engine's expiry over every key of the target's
+// state, a page at a time, each page that changes a state one load. It
+// returns the number of keys whose state changed.
+func (r *runner) expireTarget(ctx context.Context, t *cdcTarget, h *cdcHandler, lister sinks.StateLister) (int, error) {
+	changed := 0
+	after := ""
+	for {
+		keys, err := lister.StateKeys(ctx, t.name, after, expirePage)
+		if err != nil || len(keys) == 0 {
+			return changed, err
+		}
+		after = keys[len(keys)-1]
+		n, err := r.expirePage(ctx, t, h, keys)
+		changed += n
+		if err != nil {
+			return changed, err
+		}
+	}
+}
+
+func (r *runner) expirePage(ctx context.Context, t *cdcTarget, h *cdcHandler, keys []string) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out, err := h.engine.Expire(ctx, keys, time.Now())
+	if err != nil {
+		t.cache.Reset()
+		return 0, err
+	}
+	if len(out.States) == 0 && out.Table == nil {
+		return 0, nil
+	}
+	p := &prepared{write: func(ctx context.Context, ld sinks.Load) error { return writeOutput(ctx, ld, t.name, out) }}
+	if _, err := r.loadPrepared(ctx, h.flow, 0, p, sinks.Commit{}); err != nil {
+		t.cache.Reset()
+		return 0, err
+	}
+	t.cache.Commit(out)
+	return len(out.States), nil
+}

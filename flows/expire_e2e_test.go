@@ -1,0 +1,75 @@
+package flows_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// TestRunForgetsExpiredState: `run` forgets a tombstone once
+// tombstone_retention has passed, for a key that gets no more events; an
+// older change of that key arriving later applies again.
+func TestRunForgetsExpiredState(t *testing.T) {
+	dests := destinations(t)
+	broker := startBroker(t)
+	for _, dname := range slices.Sorted(mapKeys(dests)) {
+		dest := dests[dname]
+		t.Run(dname, func(t *testing.T) {
+			t.Parallel()
+			topic := "expire_" + dname
+			s := newStepper(t, broker.Addr(), dest(t), "tables:\n  - name: t\nflows:"+
+				flowYAML("f", topic, fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n    stored_as_scd_type: 1\n    tombstone_retention: 1s\n"))
+			s.produce(topic, U(1, "a", 1), U(2, "b", 1), D(1, 2))
+			s.update()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sink, err := flows.OpenSink(ctx, s.p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sink.Close()
+			lister := sink.(sinks.StateLister)
+			stateKeys := func() int {
+				keys, err := lister.StateKeys(ctx, "t", "", 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(keys)
+			}
+			if n := stateKeys(); n != 2 {
+				t.Fatalf("%d keys hold state after the update, want 2 (a live key and a tombstone)", n)
+			}
+
+			done := make(chan error, 1)
+			go func() {
+				done <- flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeRun, ExpireEvery: 100 * time.Millisecond,
+					HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for stateKeys() != 1 {
+				if time.Now().After(deadline) {
+					cancel()
+					t.Fatalf("%d keys hold state after the retention, want 1: the tombstone was not forgotten", stateKeys())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+
+			// Without its tombstone, key 1 takes a change older than its delete.
+			s.produce(topic, U(1, "late", 1))
+			s.update()
+			want := []string{"1,late", "2,b"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("after a late change: %q, want %q", got, want)
+			}
+		})
+	}
+}
