@@ -61,7 +61,9 @@
 // MarshalBinary names the columns a state's values follow, so a state
 // survives columns being added or removed. An Output's states and the
 // Cache hold only that encoding (compact, and free of pointers for the
-// garbage collector); an engine decodes a state when it reads it.
+// garbage collector); an engine decodes a state when it reads it, and a new
+// state copies the encoding of the leading events it shares with the stored
+// one.
 //
 // tombstone_retention bounds the state in processing time. A delete older
 // than it is forgotten (SCD type 1, with the upserts it cut off; SCD type 2,

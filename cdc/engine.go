@@ -156,9 +156,11 @@ type Engine struct {
 	newVers []version
 	arena   []value // values materialized or resolved for the key being applied
 	used    int
-	encBuf  []byte  // the encoding of the state being built
-	decEv   []event // the events of the stored state being applied
-	decVals []value // and their values
+	encBuf  []byte   // the encoding of the state being built
+	decEv   []event  // the events of the stored state being applied
+	decVals []value  // and their values
+	strBuf  []string // position strings of the state being encoded or decoded
+	decOffs []int32  // where the decoded state's events start
 }
 
 // New returns an engine for cfg reading committed state from store
@@ -463,9 +465,13 @@ type applyCtx struct {
 	// not they changed.
 	refresh bool
 
-	merged  []event
-	expBuf  []event
-	marks   []bool
+	merged []event
+	expBuf []event
+	marks  []bool
+	states []KeyState // where newState takes the Output's states from
+	// reuse, when its offs are set, is the encoding of the key's stored
+	// state, whose events a new state that starts with them copies.
+	reuse   prefixCode
 	vers    []version
 	oldVers []version
 	newVers []version
@@ -585,6 +591,7 @@ func (e *Engine) mergeBarriers(old, add []Barrier, now int64) []Barrier {
 // applyKey merges a key's new events into its state and records what
 // changes.
 func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB []Barrier) error {
+	a.reuse = prefixCode{}
 	oldEv, remapped, err := a.bind(old)
 	if err != nil {
 		return fmt.Errorf("key %x: %w", key, err)
@@ -610,13 +617,17 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 	for i := range kept {
 		a.valsOf(&kept[i])
 	}
-	changed := remapped || !equalEvents(oldEv, kept)
+	same := commonEvents(oldEv, kept) // the events before it are unchanged
+	changed := remapped || same < len(oldEv) || same < len(kept)
+	if remapped {
+		same = 0
+	}
 	newEv := oldEv
 	if changed {
 		var ns *KeyState
 		newEv = nil
 		if len(kept) > 0 {
-			if ns, err = a.newState(kept); err != nil {
+			if ns, err = a.newState(kept, same); err != nil {
 				return fmt.Errorf("key %x: %w", key, err)
 			}
 			newEv = kept
@@ -632,7 +643,7 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 		return nil
 	}
 	if a.p.scd2 {
-		return a.diff2(key, oldEv, newEv)
+		return a.diff2(key, oldEv, newEv, min(same, len(newEv)))
 	}
 	a.diff1(key, oldEv, newEv, oldB, newB)
 	return nil
@@ -649,9 +660,12 @@ func (a *applyCtx) bind(s *KeyState) (evs []event, remapped bool, err error) {
 		// Kept encoded (by the Cache, or an Output): decoded into the
 		// engine's scratch, which the next key reuses.
 		e := a.e
-		cols, evs, needed, err := decodeState(s.enc, names, e.decEv[:0], e.decVals)
+		cols, evs, needed, err := decodeState(s.enc, names, e.decEv[:0], e.decVals, &e.strBuf, &e.decOffs)
 		if err != nil {
 			return nil, false, err
+		}
+		if len(e.decOffs) > 0 && unsafe.SliceData(cols) == unsafe.SliceData(names) {
+			a.reuse = prefixCode{enc: s.enc, offs: e.decOffs}
 		}
 		e.decEv = evs[:0]
 		if needed > len(e.decVals) {
@@ -731,16 +745,28 @@ func (a *applyCtx) merge(old, fresh []event) []event {
 	return out
 }
 
-// newState returns the state of kept events. It holds only their
-// encoding: that is all that sinks and the Cache read, and an engine
-// decodes it when it reads the state again (see bind).
-func (a *applyCtx) newState(kept []event) (*KeyState, error) {
-	buf, err := appendState(a.e.encBuf[:0], a.p.names, kept)
+// newState returns the state of kept events, whose first same are those
+// of the stored state. It holds only their encoding: that is all that
+// sinks and the Cache read, and an engine decodes it when it reads the
+// state again (see bind). The encoding of the stored state's events is
+// copied, not written again.
+func (a *applyCtx) newState(kept []event, same int) (*KeyState, error) {
+	var reuse *prefixCode
+	if len(a.reuse.offs) > 0 {
+		reuse = &a.reuse
+	}
+	buf, err := appendStateReusing(a.e.encBuf[:0], a.p.names, kept, &a.e.strBuf, reuse, same)
 	if err != nil {
 		return nil, err
 	}
 	a.e.encBuf = buf
-	return &KeyState{cols: a.p.names, enc: string(buf)}, nil
+	if len(a.states) == 0 {
+		a.states = make([]KeyState, 256) // one allocation for many keys
+	}
+	s := &a.states[0]
+	a.states = a.states[1:]
+	*s = KeyState{cols: a.p.names, enc: string(buf)}
+	return s, nil
 }
 
 // appendRow appends one target row.

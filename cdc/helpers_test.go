@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -211,6 +212,24 @@ func (h *harness) apply(flow string, b *batch.Batch, pos []Position) *Output {
 
 func (h *harness) commit(out *Output) {
 	h.t.Helper()
+	for _, kc := range out.States {
+		if kc.State == nil {
+			continue
+		}
+		// A state that copied the encoding of its stored events is still
+		// exactly what encoding its events writes.
+		data, err := kc.State.MarshalBinary()
+		if err != nil {
+			h.t.Fatalf("state of key %x: %v", kc.Key, err)
+		}
+		d := &KeyState{}
+		if err := d.UnmarshalBinary(data); err != nil {
+			h.t.Fatalf("state of key %x: %v", kc.Key, err)
+		}
+		if again, err := d.encode(); err != nil || !bytes.Equal(again, data) {
+			h.t.Fatalf("state of key %x: encoded as %x, its events encode as %x (%v)", kc.Key, data, again, err)
+		}
+	}
 	if err := h.target.apply(out); err != nil {
 		h.t.Fatalf("target: %v", err)
 	}

@@ -35,10 +35,22 @@ type version struct {
 // fold2 walks a key's events and appends its versions to dst. When
 // dangling is not nil, dangling[j] is set for a delete that closed nothing.
 func (a *applyCtx) fold2(evs []event, dst []version, dangling []bool) []version {
-	var prev []value // the active version's values; nil when none
-	cur := -1
+	dst, _ = a.fold2From(evs, 0, dst, dangling, walk2{cur: -1})
+	return dst
+}
+
+// walk2 is where fold2 stands after some events.
+type walk2 struct {
+	prev []value // the active version's values; nil when none
+	cur  int     // the active version's index in dst; -1 when none
+}
+
+// fold2From is fold2 resumed at evs[from], where w stands after
+// evs[:from] (folded into dst).
+func (a *applyCtx) fold2From(evs []event, from int, dst []version, dangling []bool, w walk2) ([]version, walk2) {
+	prev, cur := w.prev, w.cur
 	tracked := a.p.tracked
-	for j := range evs {
+	for j := from; j < len(evs); j++ {
 		ev := &evs[j]
 		if ev.del {
 			if cur >= 0 {
@@ -77,7 +89,7 @@ func (a *applyCtx) fold2(evs []event, dst []version, dangling []bool) []version 
 		}
 		prev = res
 	}
-	return dst
+	return dst, walk2{prev: prev, cur: cur}
 }
 
 // compact2 returns the events of m to keep: all of them (see expire2).
@@ -153,10 +165,18 @@ func (a *applyCtx) expire2(evs []event) []event {
 func (a *applyCtx) owned(ev *event) bool { return ev.row == -2 }
 func (a *applyCtx) own(ev *event)        { ev.row = -2 }
 
-// diff2 records the change of a key's versions.
-func (a *applyCtx) diff2(key string, oldEv, newEv []event) error {
-	ov := a.fold2(oldEv, a.oldVers[:0], nil)
-	nv := a.fold2(newEv, a.newVers[:0], nil)
+// diff2 records the change of a key's versions. The first same events
+// are the same in both lists: they are folded once, and the versions they
+// close are the same in both.
+func (a *applyCtx) diff2(key string, oldEv, newEv []event, same int) error {
+	pre, w := a.fold2From(oldEv[:same], 0, a.vers[:0], nil, walk2{cur: -1})
+	a.vers = pre[:0]
+	open := pre[len(pre):] // the version the first same events leave open
+	if w.cur >= 0 {
+		open, w.cur = pre[w.cur:], 0
+	}
+	ov, _ := a.fold2From(oldEv, same, append(a.oldVers[:0], open...), nil, w)
+	nv, _ := a.fold2From(newEv, same, append(a.newVers[:0], open...), nil, w)
 	a.oldVers, a.newVers = ov[:0], nv[:0]
 	i, j := 0, 0
 	for i < len(ov) || j < len(nv) {

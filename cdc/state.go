@@ -96,10 +96,19 @@ func (b Barrier) equal(o Barrier) bool {
 func equalBarriers(a, b []Barrier) bool { return slices.EqualFunc(a, b, Barrier.equal) }
 
 // Serialized forms: a version byte, then varints and length-prefixed bytes.
+// Key state version 2 writes each event's offset and creation time as the
+// difference to the previous event's (a key's events mostly share a batch's
+// time and nearby offsets), and a decimal that fits 64 bits as a varint;
+// version 1 states (absolute offsets and times, decimals as two fixed
+// words) still decode.
 const (
-	keyStateVersion   = 1
+	keyStateVersion   = 2
 	tableStateVersion = 1
 )
+
+// encDec64 tags, in a version 2 key state, a decimal whose high word is the
+// sign extension of its low word, written as one varint.
+const encDec64 = 8
 
 // MarshalBinary encodes the state. The encoding names the columns its
 // values follow, so a state written before the table gained or lost a
@@ -121,13 +130,39 @@ func (s *KeyState) encoding() (string, error) {
 }
 
 func (s *KeyState) encode() ([]byte, error) {
-	return appendState(make([]byte, 0, 64+s.Size()/2), s.cols, s.events)
+	return appendState(make([]byte, 0, 64+s.Size()/2), s.cols, s.events, nil)
 }
 
 // appendState appends the encoding of a state of events whose values
-// follow cols.
-func appendState(buf []byte, cols []string, events []event) ([]byte, error) {
+// follow cols. scratch, when not nil, lends the memory of the position
+// strings' table.
+func appendState(buf []byte, cols []string, events []event, scratch *[]string) ([]byte, error) {
+	return appendStateReusing(buf, cols, events, scratch, nil, 0)
+}
+
+// prefixCode locates the events of a version 2 encoding (see decodeState):
+// offs[i] is where event i starts, offs[len(offs)-1] the end. The events'
+// position strings are numbered in order of first use, as appendState
+// numbers them, so that a run of leading events encodes the same in any
+// state that starts with them.
+type prefixCode struct {
+	enc  string
+	offs []int32
+}
+
+// appendStateReusing is appendState, copying the encoding of events[:n]
+// from reuse, which encodes a state that starts with the same n events and
+// whose values follow the same columns. The result is byte for byte what
+// appendState writes.
+func appendStateReusing(buf []byte, cols []string, events []event, scratch *[]string, reuse *prefixCode, n int) ([]byte, error) {
+	if reuse == nil || n > len(reuse.offs)-1 {
+		n = 0
+	}
 	var table []string // position strings: few distinct ones per key
+	if scratch != nil {
+		table = (*scratch)[:0]
+		defer func() { clear(table); *scratch = table[:0] }()
+	}
 	intern := func(x string) uint64 {
 		if i := slices.Index(table, x); i >= 0 {
 			return uint64(i)
@@ -151,7 +186,12 @@ func appendState(buf []byte, cols []string, events []event) ([]byte, error) {
 		buf = appendString(buf, x)
 	}
 	buf = binary.AppendUvarint(buf, uint64(len(events)))
-	for i := range events {
+	var off, seen int64 // the previous event's
+	if n > 0 {
+		buf = append(buf, reuse.enc[reuse.offs[0]:reuse.offs[n]]...)
+		off, seen = events[n-1].pos.Offset, events[n-1].seen
+	}
+	for i := n; i < len(events); i++ {
 		e := &events[i]
 		if e.del {
 			buf = append(buf, 1)
@@ -163,8 +203,9 @@ func appendState(buf []byte, cols []string, events []event) ([]byte, error) {
 		buf = binary.AppendUvarint(buf, intern(e.pos.Topic))
 		buf = binary.AppendUvarint(buf, intern(e.pos.File))
 		buf = binary.AppendVarint(buf, int64(e.pos.Partition))
-		buf = binary.AppendVarint(buf, e.pos.Offset)
-		buf = binary.AppendVarint(buf, e.seen)
+		buf = binary.AppendVarint(buf, e.pos.Offset-off)
+		buf = binary.AppendVarint(buf, e.seen-seen)
+		off, seen = e.pos.Offset, e.seen
 		if e.del {
 			continue
 		}
@@ -172,6 +213,11 @@ func appendState(buf []byte, cols []string, events []event) ([]byte, error) {
 			return nil, fmt.Errorf("cdc: key state event has %d values for %d columns", len(e.vals), len(cols))
 		}
 		for _, v := range e.vals {
+			if v.k == vDec && v.h == v.i>>63 {
+				buf = append(buf, encDec64)
+				buf = binary.AppendVarint(buf, v.i)
+				continue
+			}
 			buf = append(buf, byte(v.k))
 			switch v.k {
 			case vInt, vBool:
@@ -199,7 +245,7 @@ func (s *KeyState) UnmarshalBinary(data []byte) error {
 // When the state's columns are those of like, it shares like's slice (which
 // makes the engine's check of a state's columns one comparison).
 func (s *KeyState) decode(data string, like []string) error {
-	cols, events, _, err := decodeState(data, like, nil, nil)
+	cols, events, _, err := decodeState(data, like, nil, nil, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -213,15 +259,21 @@ func (s *KeyState) decode(data string, like []string) error {
 // decodeState decodes a state's encoding (see decode), appending its
 // events to events and taking their values from slab while it lasts. It
 // returns how many values the events needed: an engine decoding into
-// scratch grows its slab with it.
-func decodeState(data string, like []string, events []event, slab []value) (cols []string, evs []event, needed int, err error) {
+// scratch grows its slab with it. scratch, when not nil, lends the memory
+// of the position strings' table. offs, when not nil, is set to where each
+// event starts and where the last ends (see prefixCode), or emptied when the
+// encoding cannot lend its events (version 1, or strings not numbered in
+// order of first use).
+func decodeState(data string, like []string, events []event, slab []value, scratch *[]string, offs *[]int32) (cols []string, evs []event, needed int, err error) {
 	r := reader{buf: data}
-	if v := r.byte(); v != keyStateVersion {
+	version := r.byte()
+	if version != keyStateVersion && version != 1 {
 		if r.err != nil {
 			return nil, nil, 0, fmt.Errorf("cdc: key state: %w", r.err)
 		}
-		return nil, nil, 0, fmt.Errorf("cdc: key state version %d, want %d", v, keyStateVersion)
+		return nil, nil, 0, fmt.Errorf("cdc: key state version %d, want 1 or %d", version, keyStateVersion)
 	}
+	delta := version >= 2
 	ncols := r.count()
 	if ncols == len(like) {
 		cols = like
@@ -244,25 +296,46 @@ func decodeState(data string, like []string, events []event, slab []value) (cols
 		}
 	}
 	nstr := r.count()
-	table := make([]string, 0, min(nstr, 1<<10))
+	var table []string
+	if scratch != nil {
+		table = (*scratch)[:0]
+		defer func() { clear(table); *scratch = table[:0] }()
+	} else {
+		table = make([]string, 0, min(nstr, 1<<10))
+	}
 	for range nstr {
 		table = append(table, r.string())
 	}
+	var o []int32
+	lend := offs != nil
+	if lend {
+		o = (*offs)[:0]
+	}
+	used := uint64(0) // strings used so far: the next new one must be this
 	str := func() string {
 		i := r.uvarint()
 		if i >= uint64(len(table)) {
 			r.fail()
 			return ""
 		}
+		if i == used {
+			used++
+		} else if i > used {
+			lend = false
+		}
 		return table[i]
 	}
 	nev := r.count()
+	var off, seen int64 // version 2: the previous event's
 	if events == nil {
 		events = make([]event, 0, min(nev, 1<<16))
 	}
 	for range nev {
 		if r.err != nil {
 			break
+		}
+		if lend {
+			o = append(o, int32(len(data)-len(r.buf)))
 		}
 		e := event{row: -1}
 		switch r.byte() {
@@ -281,8 +354,11 @@ func decodeState(data string, like []string, events []event, slab []value) (cols
 			r.fail()
 		}
 		e.pos.Partition = int32(part)
-		e.pos.Offset = r.varint()
-		e.seen = r.varint()
+		e.pos.Offset = off + r.varint()
+		e.seen = seen + r.varint()
+		if delta {
+			off, seen = e.pos.Offset, e.seen
+		}
 		if !e.del {
 			needed += len(cols)
 			if len(slab) < len(cols) {
@@ -293,6 +369,13 @@ func decodeState(data string, like []string, events []event, slab []value) (cols
 				k := vkind(r.byte())
 				v := value{k: k}
 				switch k {
+				case encDec64:
+					if !delta {
+						r.fail()
+					}
+					v.k = vDec
+					v.i = r.varint()
+					v.h = v.i >> 63
 				case vNull, vAbsent:
 				case vInt, vBool:
 					v.i = r.varint()
@@ -316,6 +399,14 @@ func decodeState(data string, like []string, events []event, slab []value) (cols
 	}
 	if r.err != nil {
 		return nil, nil, 0, fmt.Errorf("cdc: key state: %w", r.err)
+	}
+	if offs != nil {
+		if lend && delta && len(data) <= math.MaxInt32 {
+			o = append(o, int32(len(data)))
+		} else {
+			o = o[:0]
+		}
+		*offs = o
 	}
 	return cols, events, needed, nil
 }
@@ -464,7 +555,17 @@ func (r *reader) fixed64() uint64 {
 
 // equalEvents reports whether two event lists are the same state.
 func equalEvents(a, b []event) bool {
-	return slices.EqualFunc(a, b, func(x, y event) bool {
-		return x.seq == y.seq && x.pos == y.pos && x.del == y.del && x.seen == y.seen && slices.Equal(x.vals, y.vals)
-	})
+	return len(a) == len(b) && commonEvents(a, b) == len(a)
+}
+
+// commonEvents returns how many leading events two lists share.
+func commonEvents(a, b []event) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		x, y := &a[i], &b[i]
+		if x.seq != y.seq || x.pos != y.pos || x.del != y.del || x.seen != y.seen || !slices.Equal(x.vals, y.vals) {
+			return i
+		}
+	}
+	return n
 }

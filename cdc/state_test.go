@@ -3,8 +3,10 @@ package cdc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +82,29 @@ func TestKeyStateRoundTrip(t *testing.T) {
 				t.Fatalf("decoded with columns %q: %+v, want %+v", like, d, s)
 			}
 		}
+		// Any run of leading events encodes by copying.
+		var offs []int32
+		if _, _, _, err := decodeState(string(data), nil, nil, nil, nil, &offs); err != nil || len(offs) != len(s.events)+1 || int(offs[len(offs)-1]) != len(data) {
+			t.Fatalf("event offsets %v of a %d-byte state of %d events (%v)", offs, len(data), len(s.events), err)
+		}
+		for n := range len(s.events) + 1 {
+			got, err := appendStateReusing(nil, s.cols, s.events, nil, &prefixCode{enc: string(data), offs: offs}, n)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("copying %d events: %x, want %x (%v)", n, got, data, err)
+			}
+		}
+		// A version 1 state lends no events.
+		if _, _, _, err := decodeState(string(appendStateV1(nil, s.cols, s.events)), nil, nil, nil, nil, &offs); err != nil || len(offs) != 0 {
+			t.Fatalf("version 1 state: event offsets %v (%v)", offs, err)
+		}
+		// A state written in version 1 decodes to the same events.
+		v1 := &KeyState{}
+		if err := v1.UnmarshalBinary(appendStateV1(nil, s.cols, s.events)); err != nil {
+			t.Fatal(err)
+		}
+		if !equalEvents(s.events, v1.events) || !slices.Equal(s.cols, v1.cols) {
+			t.Fatalf("version 1 state decoded as %+v, want %+v", v1, s)
+		}
 		// Every truncation is an error, never a panic.
 		for n := range len(data) {
 			if err := (&KeyState{}).UnmarshalBinary(data[:n]); err == nil {
@@ -87,6 +112,107 @@ func TestKeyStateRoundTrip(t *testing.T) {
 			}
 		}
 	})
+}
+
+// appendStateV1 is the version 1 encoding of a state, which decoding still
+// accepts.
+func appendStateV1(buf []byte, cols []string, events []event) []byte {
+	var table []string
+	intern := func(x string) uint64 {
+		if i := slices.Index(table, x); i >= 0 {
+			return uint64(i)
+		}
+		table = append(table, x)
+		return uint64(len(table) - 1)
+	}
+	for i := range events {
+		p := &events[i].pos
+		intern(p.Flow)
+		intern(p.Topic)
+		intern(p.File)
+	}
+	buf = append(buf, 1)
+	buf = binary.AppendUvarint(buf, uint64(len(cols)))
+	for _, c := range cols {
+		buf = appendString(buf, c)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(table)))
+	for _, x := range table {
+		buf = appendString(buf, x)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(events)))
+	for i := range events {
+		e := &events[i]
+		if e.del {
+			buf = append(buf, 1)
+		} else {
+			buf = append(buf, 0)
+		}
+		buf = appendString(buf, e.seq)
+		buf = binary.AppendUvarint(buf, intern(e.pos.Flow))
+		buf = binary.AppendUvarint(buf, intern(e.pos.Topic))
+		buf = binary.AppendUvarint(buf, intern(e.pos.File))
+		buf = binary.AppendVarint(buf, int64(e.pos.Partition))
+		buf = binary.AppendVarint(buf, e.pos.Offset)
+		buf = binary.AppendVarint(buf, e.seen)
+		if e.del {
+			continue
+		}
+		for _, v := range e.vals {
+			buf = append(buf, byte(v.k))
+			switch v.k {
+			case vInt, vBool:
+				buf = binary.AppendVarint(buf, v.i)
+			case vFloat:
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.i))
+			case vStr, vBytes:
+				buf = appendString(buf, v.s)
+			case vDec:
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.i))
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.h))
+			}
+		}
+	}
+	return buf
+}
+
+func TestKeyStateVersions(t *testing.T) {
+	s := &KeyState{cols: []string{"a"}, events: []event{{seq: "s", row: -1, vals: []value{{k: vDec, i: 5}}}}}
+	data, err := s.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data[0] != keyStateVersion {
+		t.Fatalf("encoded as version %d, want %d", data[0], keyStateVersion)
+	}
+	// The compact decimal form is version 2's: in version 1 it is an error.
+	v1 := append([]byte{1}, data[1:]...)
+	if err := (&KeyState{}).UnmarshalBinary(v1); err == nil {
+		t.Fatal("a version 1 state with a version 2 decimal decoded")
+	}
+	v9 := append([]byte{9}, data[1:]...)
+	if err := (&KeyState{}).UnmarshalBinary(v9); err == nil || !strings.Contains(err.Error(), "version 9") {
+		t.Fatalf("a version 9 state: %v, want an error naming the version", err)
+	}
+}
+
+func TestKeyStateOffsetsNeedStringsInOrder(t *testing.T) {
+	// Version 2, no columns, strings "f" and "g", one delete whose flow is
+	// "g" (string 1) before any use of string 0: decodable, but its events
+	// cannot be copied into a state that numbers strings by first use.
+	data := []byte{2, 0, 2, 1, 'f', 1, 'g', 1, 1, 1, 'a', 1, 0, 0, 0, 0, 0}
+	var offs []int32
+	_, evs, _, err := decodeState(string(data), nil, nil, nil, nil, &offs)
+	if err != nil || len(evs) != 1 || evs[0].pos.Flow != "g" || evs[0].pos.Topic != "f" {
+		t.Fatalf("decoded %+v (%v)", evs, err)
+	}
+	if len(offs) != 0 {
+		t.Fatalf("event offsets %v, want none", offs)
+	}
+	data[11], data[12] = 0, 1 // flow "f", topic "g": in order of first use
+	if _, _, _, err := decodeState(string(data), nil, nil, nil, nil, &offs); err != nil || !slices.Equal(offs, []int32{8, int32(len(data))}) {
+		t.Fatalf("event offsets %v, want [8 %d] (%v)", offs, len(data), err)
+	}
 }
 
 func TestKeyStateGarbage(t *testing.T) {

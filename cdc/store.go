@@ -189,15 +189,22 @@ func (c *Cache) Len() int {
 
 // put keeps the encoded state of key ("": none).
 func (c *Cache) put(key string, data string) {
-	c.forget(key)
 	size := cacheItemOverhead + int64(len(key)) + int64(len(data))
-	if size > c.max {
+	it, ok := c.items[key]
+	switch {
+	case size > c.max:
+		c.forget(key)
 		return
+	case ok: // updated in place: no new item, no map write
+		c.used += size - it.size
+		it.data, it.size = data, size
+		c.touch(it)
+	default:
+		it = &cacheItem{key: key, data: data, size: size}
+		c.items[key] = it
+		c.used += size
+		c.link(it)
 	}
-	it := &cacheItem{key: key, data: data, size: size}
-	c.items[key] = it
-	c.used += size
-	c.link(it)
 	for c.used > c.max {
 		old := c.head.prev
 		c.unlink(old)
