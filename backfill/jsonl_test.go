@@ -1,6 +1,7 @@
 package backfill
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -241,5 +242,27 @@ func TestJSONLEmptyFile(t *testing.T) {
 	}
 	if len(chunks) != 1 || chunks[0].Batch.Len() != 0 || !chunks[0].Done || chunks[0].Next != 0 {
 		t.Fatalf("chunks %+v, want one empty chunk with Done", chunks)
+	}
+}
+
+func TestReadFileEach(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "e.jsonl")
+	writeFile(t, path, jsonlLines(25))
+	f := fileOf(t, path)
+	s := cols(col("id", batch.Int64, false), col("name", batch.String, false))
+	rows, chunks := 0, 0
+	err := ReadFile(t.Context(), f, FormatJSONL, s, ReadOptions{MaxRows: 10}, func(c *Chunk) error {
+		rows += c.Batch.Len() + len(c.DeadLetters) // every tenth line is bad
+		chunks++
+		return nil
+	})
+	if err != nil || rows != 25 || chunks != 3 {
+		t.Fatalf("ReadFile: %v after %d lines in %d chunks, want 25 lines in 3", err, rows, chunks)
+	}
+	stop := errors.New("stop")
+	chunks = 0
+	err = ReadFile(t.Context(), f, FormatJSONL, s, ReadOptions{MaxRows: 10}, func(*Chunk) error { chunks++; return stop })
+	if !errors.Is(err, stop) || chunks != 1 {
+		t.Fatalf("ReadFile: %v after %d chunks, want fn's error after the first", err, chunks)
 	}
 }

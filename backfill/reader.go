@@ -2,7 +2,9 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"path"
 	"strings"
 
@@ -269,4 +271,31 @@ func filterVector(v *batch.Vector, keep []bool) {
 		j++
 	}
 	v.Truncate(j)
+}
+
+// Each hands every chunk of r to fn, in order, until r ends (nil), r fails
+// or fn returns an error (that error).
+func Each(ctx context.Context, r Reader, fn func(*Chunk) error) error {
+	for {
+		c, err := r.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+}
+
+// ReadFile opens f (Open), hands every chunk to fn (Each) and closes it.
+func ReadFile(ctx context.Context, f File, format string, schema batch.Schema, opts ReadOptions, fn func(*Chunk) error) error {
+	r, err := Open(f, format, schema, opts)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return Each(ctx, r, fn)
 }

@@ -266,25 +266,15 @@ func (ir *incrementalRun) scanCursor(ctx context.Context, fl backfill.File, fold
 		}
 		return nil
 	}
-	rd, err := backfill.Open(fl, ir.rs.format, schema, backfill.ReadOptions{MaxRows: ir.f.Batch.Rows, MaxBytes: ir.f.Batch.Bytes, Hive: hive})
-	if err != nil {
-		return err
-	}
-	defer rd.Close()
-	for {
-		ch, err := rd.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	opts := backfill.ReadOptions{MaxRows: ir.f.Batch.Rows, MaxBytes: ir.f.Batch.Bytes, Hive: hive}
+	return backfill.ReadFile(ctx, fl, ir.rs.format, schema, opts, func(ch *backfill.Chunk) error {
 		seen, err := ir.inc.Filter(ir.w, ch, true)
 		if err != nil {
 			return fmt.Errorf("file %s: %w", fl.Name, err)
 		}
 		fold(seen)
-	}
+		return nil
+	})
 }
 
 // partition is one partition of a replace_partitions target and the source
@@ -483,14 +473,7 @@ func (ir *incrementalRun) writePartitions(ctx context.Context, ld sinks.Load, ta
 
 func (ir *incrementalRun) writeFile(ctx context.Context, ld sinks.Load, rd backfill.Reader,
 	rows, deadLetters *int64, acc *backfill.CursorState) error {
-	for {
-		ch, err := rd.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return backfill.Each(ctx, rd, func(ch *backfill.Chunk) error {
 		s, err := ir.inc.Filter(ir.w, ch, true)
 		if err != nil {
 			return err
@@ -508,7 +491,8 @@ func (ir *incrementalRun) writeFile(ctx context.Context, ld sinks.Load, rd backf
 		*rows += p.rows
 		*deadLetters += p.deadLetters
 		ir.progress.Add(ch) // counted again if the load is retried
-	}
+		return nil
+	})
 }
 
 // appendValue appends a partition value to a vector of its type.

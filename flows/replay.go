@@ -2,9 +2,7 @@ package flows
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/sluicehq/sluice/backfill"
@@ -75,24 +73,16 @@ func (r *runner) newReplayHandler(ctx context.Context, f *spec.Flow, h batchHand
 		keyIdx[i] = i
 	}
 	for _, fl := range files {
-		rd, err := backfill.Open(fl, rs.format, only, backfill.ReadOptions{MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hive})
-		if err != nil {
-			return nil, err
-		}
-		for {
-			c, err := rd.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				rd.Close()
-				return nil, err
-			}
+		opts := backfill.ReadOptions{MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hive}
+		err := backfill.ReadFile(ctx, fl, rs.format, only, opts, func(c *backfill.Chunk) error {
 			for i := range c.Batch.Len() {
 				rh.starts[pairKey(c.Batch, keyIdx, len(keyIdx), i)] = struct{}{}
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		rd.Close()
 	}
 	return rh, nil
 }

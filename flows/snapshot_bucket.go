@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"os"
 	"sync/atomic"
 	"time"
@@ -98,19 +97,7 @@ func (a *snapshotApply) spillSnapshot(ctx context.Context, format string) error 
 }
 
 func (a *snapshotApply) spillFile(ctx context.Context, fl backfill.File, format string, ord *int64) error {
-	rd, err := backfill.Open(fl, format, a.src, backfill.ReadOptions{})
-	if err != nil {
-		return err
-	}
-	defer rd.Close()
-	for {
-		ch, err := rd.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return backfill.ReadFile(ctx, fl, format, a.src, backfill.ReadOptions{}, func(ch *backfill.Chunk) error {
 		if len(ch.DeadLetters) > 0 {
 			d := ch.DeadLetters[0]
 			return fmt.Errorf("file %s row %s: %s: a snapshot applies whole or not at all", d.Source, d.Position, d.Error)
@@ -125,7 +112,8 @@ func (a *snapshotApply) spillFile(ctx context.Context, fl backfill.File, format 
 			}
 			*ord++
 		}
-	}
+		return nil
+	})
 }
 
 // spillTargetKeys spills the keys of the target's current rows (SCD type
