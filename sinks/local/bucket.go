@@ -79,11 +79,24 @@ type cdcChanges struct {
 	up       *batch.Batch // the table's columns
 	upKeys   []string
 	upSeqs   []string
-	upRows   []int // the rows of up that count: the last upsert of each identity
-	upserted map[ident]struct{}
-	// gone holds the identities (idKey) of the rows the load removes or
-	// replaces: one string lookup per row of a file being rewritten.
+	upRows   []int              // the rows of up that count: the last upsert of each identity
+	upserted map[ident]struct{} // SCD type 2 only (the split's history rewrites read it)
+	// gone holds the identities of the rows the load removes or replaces
+	// (the key for SCD type 1, else idKey): one string lookup per row of a
+	// file being rewritten.
 	gone map[string]struct{}
+}
+
+// isGone reports whether the load removes or replaces the row of identity
+// (key, seq); buf is scratch for the SCD type 2 encoding.
+func (c *cdcChanges) isGone(buf *[]byte, key, seq string) bool {
+	if !c.scd2 {
+		_, ok := c.gone[key]
+		return ok
+	}
+	*buf = c.idKey((*buf)[:0], key, seq)
+	_, ok := c.gone[string(*buf)]
+	return ok
 }
 
 // idKey appends the encoding of an identity to buf: the key's length, the
@@ -136,6 +149,10 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*c
 	}
 	c.up = &batch.Batch{Schema: def.Schema, Vectors: b.Vectors[:n]}
 	c.upKeys, c.upSeqs = b.Vectors[n].Strs, b.Vectors[n+1].Strs
+	if !c.scd2 {
+		c.scd1Upserts()
+		return c, nil
+	}
 	// Within a load the later upsert of an identity wins.
 	last := make(map[ident]int, len(c.upKeys))
 	for i := range c.upKeys {
@@ -156,6 +173,26 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*c
 		}
 	}
 	return c, nil
+}
+
+// scd1Upserts sets upRows and gone of SCD type 1 changes, whose identity
+// is the key alone: gone is keyed by the keys themselves (sharing their
+// bytes), and one map finds the last upsert of each key.
+func (c *cdcChanges) scd1Upserts() {
+	last := make(map[string]int, len(c.upKeys))
+	for i, k := range c.upKeys {
+		last[k] = i // within a load the later upsert of a key wins
+	}
+	c.upRows = make([]int, 0, len(last))
+	c.gone = make(map[string]struct{}, len(c.removed)+len(last))
+	for k, i := range last {
+		c.upRows = append(c.upRows, i)
+		c.gone[k] = struct{}{}
+	}
+	slices.Sort(c.upRows)
+	for id := range c.removed {
+		c.gone[id.key] = struct{}{}
+	}
 }
 
 // upsertSchema is the schema of a load's staged upserts: the table's
@@ -461,8 +498,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			if ch.hasTrunc && seq < ch.trunc {
 				continue
 			}
-			buf = ch.idKey(buf[:0], key, seq)
-			if _, ok := ch.gone[string(buf)]; ok {
+			if ch.isGone(&buf, key, seq) {
 				continue
 			}
 			keep = append(keep, i)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"unsafe"
 )
 
 // A pairs file is a list of (a, b) byte-string pairs: the identities of a
@@ -134,6 +135,35 @@ func readPairs(path string) (*pairs, error) {
 	return p, nil
 }
 
+// countPairs returns the number of pairs the body of a checked pairs
+// file holds (a bound when it is corrupt, which decodePairs reports): the
+// varints of the pairs are walked, skipping their bytes.
+func countPairs(body []byte) int {
+	off, n := len(pairsMagic), 0
+	for off < len(body) {
+		la, k := binary.Uvarint(body[off:])
+		if k <= 0 || uint64(len(body)-off-k) < la {
+			break
+		}
+		off += k + int(la)
+		lb, k := binary.Uvarint(body[off:])
+		if k <= 0 {
+			break
+		}
+		off += k
+		if lb > 0 {
+			if uint64(len(body)-off) < lb-1 {
+				break
+			}
+			off += int(lb - 1)
+		}
+		n++
+	}
+	return n
+}
+
+// decodePairs decodes a pairs file; the strings share data's bytes, which
+// must not change afterwards.
 func decodePairs(data []byte) (*pairs, error) {
 	if len(data) < len(pairsMagic)+1+4 || !bytes.Equal(data[:len(pairsMagic)], []byte(pairsMagic)) {
 		return nil, errPairsCorrupt
@@ -142,8 +172,9 @@ func decodePairs(data []byte) (*pairs, error) {
 	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[len(data)-4:]) {
 		return nil, fmt.Errorf("%w: checksum mismatch", errPairsCorrupt)
 	}
-	// One string for all the bytes; pairs are substrings of it.
-	all := string(body)
+	// One string for all the bytes; pairs are substrings of it. data is
+	// the caller's, never written again: the string shares its bytes.
+	all := unsafe.String(unsafe.SliceData(body), len(body))
 	off := len(pairsMagic)
 	next := func() (uint64, bool) {
 		x, n := binary.Uvarint(body[off:])
@@ -153,7 +184,8 @@ func decodePairs(data []byte) (*pairs, error) {
 		off += n
 		return x, true
 	}
-	p := &pairs{}
+	n := countPairs(body)
+	p := &pairs{a: make([]string, 0, n), b: make([]string, 0, n)}
 	for {
 		// The count ends the pairs: it is the last varint of the body.
 		start := off

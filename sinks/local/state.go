@@ -31,6 +31,14 @@ var (
 	stateTable   = []byte("table")
 )
 
+// stateMmapSize is the initial mapping of a state file opened to write.
+const stateMmapSize = 256 << 20
+
+// stateFillPercent is how full bbolt fills the pages of the key states it
+// splits (its default is half): a load rewrites most leaf pages anyway, so
+// fuller pages mean fewer pages to allocate, write and free.
+const stateFillPercent = 0.9
+
 // stateLockTimeout bounds the wait for a state file's flock (held by a
 // publish in another process, or by readers while a publish waits).
 const stateLockTimeout = time.Minute
@@ -48,7 +56,14 @@ func (s *Sink) openState(table string, readOnly bool) (*bolt.DB, error) {
 	} else if _, err := os.Stat(path); err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: stateLockTimeout, ReadOnly: readOnly, FreelistType: bolt.FreelistMapType})
+	opts := &bolt.Options{Timeout: stateLockTimeout, ReadOnly: readOnly, FreelistType: bolt.FreelistMapType}
+	if !readOnly {
+		// A publish rewrites most of the file's pages, and the file grows
+		// while it does: mapped large from the start (address space only),
+		// it is not remapped at each growth.
+		opts.InitialMmapSize = stateMmapSize
+	}
+	db, err := bolt.Open(path, 0o644, opts)
 	if err != nil {
 		return nil, fmt.Errorf("state of %s: %w", table, err)
 	}
@@ -115,6 +130,7 @@ func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
 		if err != nil {
 			return err
 		}
+		keys.FillPercent = stateFillPercent
 		meta, err := tx.CreateBucketIfNotExists(stateMeta)
 		if err != nil {
 			return err
@@ -130,14 +146,16 @@ func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
 			if j+1 < len(order) && p.a[order[j+1]] == p.a[i] {
 				continue
 			}
-			b, name := keys, []byte(p.a[i])
+			// bbolt keeps the slices until the transaction ends and never
+			// writes them: they share p's bytes rather than copy them.
+			b, name := keys, strBytes(p.a[i])
 			if p.a[i] == "" {
 				b, name = meta, stateTable
 			}
 			if p.absent != nil && p.absent[i] {
 				err = b.Delete(name)
 			} else {
-				err = b.Put(name, []byte(p.b[i]))
+				err = b.Put(name, strBytes(p.b[i]))
 			}
 			if err != nil {
 				return err
