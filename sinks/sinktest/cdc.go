@@ -26,14 +26,7 @@ import (
 // Scan of a CDC target must return its declared columns only (no _sluice_
 // columns): the logical content.
 func RunCDC(t *testing.T, newDestination Factory, opts ...Option) {
-	c := config{tsPrecision: time.Microsecond}
-	for _, o := range opts {
-		o(&c)
-	}
-	tests := []struct {
-		name string
-		run  func(t *testing.T, h *harness)
-	}{
+	tests := []suiteCase{
 		{"capabilities", testCDCCapabilities},
 		{"scd1_upsert_replace_remove", testSCD1},
 		{"scd1_load_applies_remove_before_upsert", testSCD1Order},
@@ -50,13 +43,7 @@ func RunCDC(t *testing.T, newDestination Factory, opts ...Option) {
 		{"lease_excludes_second_holder", testLease},
 		{"ensure_adds_nullable_column", testCDCEnsureAdd},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &harness{t: t, open: newDestination(t)}
-			t.Cleanup(h.closeAll)
-			tc.run(t, h)
-		})
-	}
+	runCases(t, newDestination, tests)
 }
 
 // The SCD type 1 target: one row per key.

@@ -22,14 +22,8 @@ import (
 // sink's own tests: the suite has no hook to stop a commit there. opts are
 // Run's; the suite's values fit every destination's limits.
 func RunReplace(t *testing.T, newDestination Factory, opts ...Option) {
-	var c config
-	for _, o := range opts {
-		o(&c)
-	}
-	tests := []struct {
-		name string
-		run  func(t *testing.T, h *harness)
-	}{
+	c := newConfig(opts)
+	tests := []suiteCase{
 		{"replace_one_partition_of_several", testReplaceOne},
 		{"rows_move_between_listed_partitions", testReplaceMove},
 		{"listed_partition_without_rows_ends_empty", testReplaceEmpty},
@@ -44,18 +38,9 @@ func RunReplace(t *testing.T, newDestination Factory, opts ...Option) {
 		{"refusals", testReplaceRefused},
 	}
 	if c.nullablePartitions {
-		tests = append(tests, struct {
-			name string
-			run  func(t *testing.T, h *harness)
-		}{"null_partition", testReplaceNull})
+		tests = append(tests, suiteCase{"null_partition", testReplaceNull})
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &harness{t: t, open: newDestination(t)}
-			t.Cleanup(h.closeAll)
-			tc.run(t, h)
-		})
-	}
+	runCases(t, newDestination, tests)
 }
 
 // Partition columns of the suite's tables.

@@ -19,27 +19,15 @@ func CrashReset(crash func(t *testing.T, s sinks.Sink, tables, flows []string)) 
 
 // RunReset runs the conformance suite of sinks.Resetter.
 func RunReset(t *testing.T, newDestination Factory, opts ...Option) {
-	var c config
-	for _, o := range opts {
-		o(&c)
-	}
-	tests := []struct {
-		name string
-		run  func(t *testing.T, h *harness)
-	}{
+	c := newConfig(opts)
+	tests := []suiteCase{
 		{"append_target_emptied_and_positions_forgotten", testResetAppend},
 		{"loads_after_reset_count", testResetThenLoad},
 		{"cdc_target_rows_and_state_cleared", testResetCDC},
 		{"reset_twice_is_harmless", testResetTwice},
 		{"crash_after_commit_point_rolls_forward", func(t *testing.T, h *harness) { testResetCrash(t, h, c) }},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &harness{t: t, open: newDestination(t)}
-			t.Cleanup(h.closeAll)
-			tc.run(t, h)
-		})
-	}
+	runCases(t, newDestination, tests)
 }
 
 var shipmentsTable = sinks.Table{Name: "shipments", Schema: ordersSchema}

@@ -67,16 +67,36 @@ func (c config) clamp(t time.Time) time.Time {
 	return t
 }
 
-// Run runs the conformance suite.
-func Run(t *testing.T, newDestination Factory, opts ...Option) {
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) config {
 	c := config{tsPrecision: time.Microsecond}
 	for _, o := range opts {
 		o(&c)
 	}
-	tests := []struct {
-		name string
-		run  func(t *testing.T, h *harness)
-	}{
+	return c
+}
+
+// suiteCase is one named case of a suite.
+type suiteCase struct {
+	name string
+	run  func(t *testing.T, h *harness)
+}
+
+// runCases runs each case as a subtest against a fresh destination.
+func runCases(t *testing.T, newDestination Factory, cases []suiteCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &harness{t: t, open: newDestination(t)}
+			t.Cleanup(h.closeAll)
+			tc.run(t, h)
+		})
+	}
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, newDestination Factory, opts ...Option) {
+	c := newConfig(opts)
+	tests := []suiteCase{
 		{"commit_publishes_once", testCommitOnce},
 		{"several_writes_per_table", testSeveralWrites},
 		{"abort_leaves_nothing", testAbort},
@@ -93,13 +113,7 @@ func Run(t *testing.T, newDestination Factory, opts ...Option) {
 		{"concurrent_loads", testConcurrent},
 		{"heartbeats_expire", testHeartbeats},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &harness{t: t, open: newDestination(t)}
-			t.Cleanup(h.closeAll)
-			tc.run(t, h)
-		})
-	}
+	runCases(t, newDestination, tests)
 }
 
 // harness opens sinks on one destination and closes them at the end.
