@@ -3,7 +3,6 @@ package flows
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/cdc"
@@ -21,24 +20,13 @@ import (
 // replayHandler prepares the chunks of a flow with replay_valid_to.
 type replayHandler struct {
 	*cdcHandler
-	validTo int    // index of the replay_valid_to column in the rows read
-	seq     int    // index of the sequence column
-	keys    []int  // indexes of the key columns
-	starts  keySet // every legacy (key, valid_from)
+	validTo int                       // index of the replay_valid_to column in the rows read
+	seq     int                       // index of the sequence column
+	starts  map[versionStart]struct{} // every legacy (key, valid_from)
 }
 
-// keySet holds encoded (key, sequence) pairs.
-type keySet map[string]struct{}
-
-// pairKey encodes row i's key columns and the value of column seq.
-func pairKey(b *batch.Batch, keys []int, seq int, i int) string {
-	var s strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&s, "%v\x00", b.Vectors[k].Value(i))
-	}
-	fmt.Fprintf(&s, "%v", b.Vectors[seq].Value(i))
-	return s.String()
-}
+// versionStart is a legacy version's key (the engine's encoding) and start.
+type versionStart struct{ key, seq string }
 
 // newReplayHandler reads the key and sequence columns of every file the
 // flow replays, for the successor check.
@@ -47,14 +35,13 @@ func (r *runner) newReplayHandler(ctx context.Context, f *spec.Flow, h batchHand
 	if !ok || len(f.SequenceBy) != 1 {
 		return nil, fmt.Errorf("replay_valid_to needs an auto_cdc flow with one sequence_by column")
 	}
-	rh := &replayHandler{cdcHandler: ch, validTo: rs.wanted.Index(f.ReplayValidTo), seq: rs.wanted.Index(f.SequenceBy[0]), starts: keySet{}}
+	rh := &replayHandler{cdcHandler: ch, validTo: rs.wanted.Index(f.ReplayValidTo), seq: rs.wanted.Index(f.SequenceBy[0]), starts: map[versionStart]struct{}{}}
 	var cols []batch.Column
 	for _, k := range f.Keys {
 		i := rs.wanted.Index(k)
 		if i < 0 {
 			return nil, fmt.Errorf("key column %s is not a column of the files read", k)
 		}
-		rh.keys = append(rh.keys, i)
 		cols = append(cols, rs.wanted.Columns[i])
 	}
 	if rh.validTo < 0 || rh.seq < 0 {
@@ -68,15 +55,14 @@ func (r *runner) newReplayHandler(ctx context.Context, f *spec.Flow, h batchHand
 			hive.Columns = append(hive.Columns, c)
 		}
 	}
-	keyIdx := make([]int, len(rh.keys))
-	for i := range keyIdx {
-		keyIdx[i] = i
-	}
 	for _, fl := range files {
 		opts := backfill.ReadOptions{MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hive}
 		err := backfill.ReadFile(ctx, fl, rs.format, only, opts, func(c *backfill.Chunk) error {
+			seq := c.Batch.Vectors[len(cols)-1]
 			for i := range c.Batch.Len() {
-				rh.starts[pairKey(c.Batch, keyIdx, len(keyIdx), i)] = struct{}{}
+				if k, err := ch.engine.KeyOf(c.Batch, i); err == nil { // a null key is the replay's dead letter
+					rh.starts[versionStart{k, fmt.Sprint(seq.Value(i))}] = struct{}{}
+				}
 			}
 			return nil
 		})
@@ -103,16 +89,18 @@ func (h *replayHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*
 		if end.IsNull(i) {
 			continue
 		}
-		// The delete: the row with its sequence set to its valid_to.
-		out.AppendRow(in, i)
-		j := out.Len() - 1
-		seq := out.Vectors[h.seq]
-		seq.Truncate(j)
-		seq.AppendFrom(end, i)
-		if _, succeeded := h.starts[pairKey(out, h.keys, h.seq, j)]; succeeded {
-			out.Truncate(j)
+		k, err := h.engine.KeyOf(in, i)
+		if err != nil {
+			continue // a null key: the upsert is its dead letter
+		}
+		if _, succeeded := h.starts[versionStart{k, fmt.Sprint(end.Value(i))}]; succeeded {
 			continue
 		}
+		// The delete: the row with its sequence set to its valid_to.
+		out.AppendRow(in, i)
+		seq := out.Vectors[h.seq]
+		seq.Truncate(out.Len() - 1)
+		seq.AppendFrom(end, i)
 		input.Positions = append(input.Positions, pos)
 		input.Ops = append(input.Ops, cdc.OpDelete)
 	}
