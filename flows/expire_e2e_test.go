@@ -3,6 +3,7 @@ package flows_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 func TestRunForgetsExpiredState(t *testing.T) {
 	dests := destinations(t)
 	broker := startBroker(t)
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()

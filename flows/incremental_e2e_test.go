@@ -3,6 +3,7 @@ package flows_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,9 +83,30 @@ func (s *stepper) cursor(flow string) checkpoint.CursorState {
 	return st
 }
 
+// salesSpec is a daily sales table partitioned by day and an incremental
+// replace_partitions flow into it: dayExtra follows the day column's type,
+// source follows path: in the files source, incremental is the mapping.
+func salesSpec(dayExtra, source, incremental string) string {
+	return fmt.Sprintf(`tables:
+  - name: sales
+    columns:
+      - {name: id, type: int64}
+      - {name: amount, type: int64}
+      - {name: day, type: date%s}
+    partition_by: [day]
+flows:
+  - name: daily
+    target: sales
+    kind: append
+    write: replace_partitions
+    source: {files: {path: %s}}
+    incremental: %s
+`, dayExtra, source, incremental)
+}
+
 func saleRows(days map[int][]int64) []string {
 	var out []string
-	for _, d := range slices.Sorted(mapKeysInt(days)) {
+	for _, d := range slices.Sorted(maps.Keys(days)) {
 		for i, amount := range days[d] {
 			out = append(out, fmt.Sprintf("%d,%d,2024-03-%02d", d*10+i+1, amount, d))
 		}
@@ -98,37 +120,13 @@ func saleRows(days map[int][]int64) []string {
 	return out
 }
 
-func mapKeysInt[V any](m map[int]V) func(yield func(int) bool) {
-	return func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 func TestIncrementalReplacePartitionsEndToEnd(t *testing.T) {
 	dests := destinations(t)
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()
-			s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
-  - name: sales
-    columns:
-      - {name: id, type: int64}
-      - {name: amount, type: int64}
-      - {name: day, type: date}
-    partition_by: [day]
-flows:
-  - name: daily
-    target: sales
-    kind: append
-    write: replace_partitions
-    source: {files: {path: "sales/day=*/*.parquet"}}
-    incremental: {cursor: day, lag: 3}
-`)
+			s := newStepper(t, "127.0.0.1:1", dest(t), salesSpec("", `"sales/day=*/*.parquet"`, "{cursor: day, lag: 3}"))
 			want := map[int][]int64{}
 			for d := 1; d <= 10; d++ {
 				writeDay(t, s.dir, d, 3, 1)
@@ -203,7 +201,7 @@ func TestIncrementalCDCEndToEnd(t *testing.T) {
 		}
 		return ts
 	}
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()
@@ -260,7 +258,7 @@ flows:
 
 func TestIncrementalAppendEndToEnd(t *testing.T) {
 	dests := destinations(t)
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()
@@ -320,25 +318,11 @@ flows:
 // change, and only then.
 func TestIncrementalRunMode(t *testing.T) {
 	dests := destinations(t)
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()
-			s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
-  - name: sales
-    columns:
-      - {name: id, type: int64}
-      - {name: amount, type: int64}
-      - {name: day, type: date}
-    partition_by: [day]
-flows:
-  - name: daily
-    target: sales
-    kind: append
-    write: replace_partitions
-    source: {files: {path: "sales/day=*/*.parquet"}}
-    incremental: {cursor: day, lag: 1}
-`)
+			s := newStepper(t, "127.0.0.1:1", dest(t), salesSpec("", `"sales/day=*/*.parquet"`, "{cursor: day, lag: 1}"))
 			want := map[int][]int64{1: {1, 1}, 2: {1, 1}}
 			writeDay(t, s.dir, 1, 2, 1)
 			writeDay(t, s.dir, 2, 2, 1)
@@ -407,21 +391,7 @@ func TestReplacePartitionsNeedsHiveColumns(t *testing.T) {
 		{"not declared", "sales/day=*/*.parquet", "columns: [{name: id, type: int64}, {name: amount, type: int64}]", ", nullable: true", "declare it there"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStepper(t, "127.0.0.1:1", "  local: {path: "+t.TempDir()+"}", fmt.Sprintf(`tables:
-  - name: sales
-    columns:
-      - {name: id, type: int64}
-      - {name: amount, type: int64}
-      - {name: day, type: date%s}
-    partition_by: [day]
-flows:
-  - name: daily
-    target: sales
-    kind: append
-    write: replace_partitions
-    source: {files: {path: %q, %s}}
-    incremental: {cursor: id}
-`, tc.day, tc.path, tc.columns))
+			s := newStepper(t, "127.0.0.1:1", "  local: {path: "+t.TempDir()+"}", salesSpec(tc.day, fmt.Sprintf("%q, %s", tc.path, tc.columns), "{cursor: id}"))
 			writeDay(t, s.dir, 1, 2, 1)
 			writeParquet(t, filepath.Join(s.dir, "flat", "a.parquet"), []saleRow{{1, 1}})
 			err := s.tryUpdateWith(flows.Options{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,7 +138,7 @@ func (s *stepper) rows(table string, drop ...string) []string {
 func TestOnceFlowsEndToEnd(t *testing.T) {
 	dests := destinations(t)
 	broker := startBroker(t)
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname+"/E01", func(t *testing.T) {
 			t.Parallel()
@@ -277,16 +278,6 @@ flows:
 				t.Fatalf("refresh: %q, want %q", got, want)
 			}
 		})
-	}
-}
-
-func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }
 

@@ -2,6 +2,7 @@ package flows_test
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -21,7 +22,7 @@ func until(v int64) *int64 { return &v }
 func TestReplayLegacySCD2EndToEnd(t *testing.T) {
 	dests := destinations(t)
 	broker := startBroker(t)
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()

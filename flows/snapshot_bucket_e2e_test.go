@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -89,7 +90,7 @@ func TestSnapshotBucketsEndToEnd(t *testing.T) {
 	broker := startBroker(t)
 	t.Cleanup(flows.SetSnapshotBuckets(snapshotBucketRows, nil))
 	t.Run("group", func(t *testing.T) {
-		for _, dname := range slices.Sorted(mapKeys(dests)) {
+		for _, dname := range slices.Sorted(maps.Keys(dests)) {
 			dest := dests[dname]
 			t.Run(dname+"/SCD1", func(t *testing.T) {
 				t.Parallel()
@@ -186,7 +187,7 @@ func TestSnapshotBucketsEndToEnd(t *testing.T) {
 	})
 	// A load stopped midway (an error, or the process cancelled) commits
 	// nothing, and the next update applies the version exactly once.
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		for _, stop := range []string{"error", "cancel"} {
 			t.Run(dname+"/stopped-by-"+stop, func(t *testing.T) {

@@ -3,6 +3,7 @@ package flows_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,7 +72,7 @@ const cdcOnT = `
 func TestSnapshotsEndToEnd(t *testing.T) {
 	dests := destinations(t)
 	broker := startBroker(t)
-	for _, dname := range slices.Sorted(mapKeys(dests)) {
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
 		t.Run(dname+"/C02", func(t *testing.T) {
 			t.Parallel()
