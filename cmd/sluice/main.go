@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -48,9 +49,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	root := newRoot(stdout, stderr)
+	root, g := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	g.endProfile()
 	if err == nil {
 		return exitOK
 	}
@@ -93,9 +95,14 @@ type globals struct {
 	// killed run's heartbeat expire sooner.
 	heartbeatEvery time.Duration
 	heartbeatTTL   time.Duration
+
+	// cpuProfile, when set, names a file that gets the command's CPU
+	// profile (hidden: for performance reports).
+	cpuProfile  string
+	stopProfile func()
 }
 
-func newRoot(stdout, stderr io.Writer) *cobra.Command {
+func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:           "sluice",
@@ -112,6 +119,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().DurationVar(&g.heartbeatTTL, "heartbeat-ttl", flows.DefaultHeartbeatTTL, "how long a heartbeat outlives its last renewal")
 	_ = root.PersistentFlags().MarkHidden("heartbeat-every")
 	_ = root.PersistentFlags().MarkHidden("heartbeat-ttl")
+	root.PersistentFlags().StringVar(&g.cpuProfile, "cpu-profile", "", "write the command's CPU profile (pprof) to this file")
+	_ = root.PersistentFlags().MarkHidden("cpu-profile")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.startProfile() }
 	root.AddCommand(
 		newValidate(g),
 		newUpdate(g),
@@ -121,7 +131,37 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newDevKafka(g),
 		newDemo(g),
 	)
-	return root
+	return root, g
+}
+
+// startProfile starts the CPU profile asked for by --cpu-profile.
+func (g *globals) startProfile() error {
+	if g.cpuProfile == "" {
+		return nil
+	}
+	f, err := os.Create(g.cpuProfile)
+	if err != nil {
+		return usageErr("--cpu-profile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--cpu-profile: %w", err)
+	}
+	g.stopProfile = func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(g.stderr, "sluice: --cpu-profile:", err)
+		}
+	}
+	return nil
+}
+
+// endProfile ends the CPU profile, if one runs.
+func (g *globals) endProfile() {
+	if g.stopProfile != nil {
+		g.stopProfile()
+		g.stopProfile = nil
+	}
 }
 
 func envOr(name, def string) string {
