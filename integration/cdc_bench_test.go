@@ -2,15 +2,20 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/consumer"
 )
 
 // appendChangesSpec is a pipeline of one append flow of the changes topic
@@ -56,11 +61,19 @@ func BenchmarkCDCLocal(b *testing.B) { benchCDC(b, "local") }
 func BenchmarkCDCClickHouse(b *testing.B) { benchCDC(b, "clickhouse") }
 
 // benchCDC produces 1M change events (SLUICE_BENCH_MESSAGES) over 100k keys
-// (SLUICE_BENCH_KEYS), shuffled over four partitions, then times the binary's
-// update of them: appended as they are, then into an SCD type 1 target, then
-// into an SCD type 2 target. Each target's content is checked afterwards
-// (not timed): the append holds every message, and the CDC targets' current
-// rows are those of each key's latest change.
+// (SLUICE_BENCH_KEYS) in two orders, each to a broker of its own:
+//
+//   - keyed: as a CDC source writes them, each key's events in order in the
+//     partition its key hashes to;
+//   - shuffled: the worst case, every key's events out of order and spread
+//     over the four partitions, so that nearly every batch changes the
+//     history of nearly every key.
+//
+// For each order it times the binary's update of them: appended as they
+// are, then into an SCD type 1 target, then into an SCD type 2 target. Each
+// target's content is checked afterwards (not timed): the append holds
+// every message, and the CDC targets' current rows are those of each key's
+// latest change.
 func benchCDC(b *testing.B, kind string) {
 	var addr string
 	if kind == "clickhouse" {
@@ -68,16 +81,26 @@ func benchCDC(b *testing.B, kind string) {
 	}
 	n := benchMessages()
 	keys := benchKeys(n)
-	broker := startBroker(b, map[string]int32{changesTopic: benchPartitions})
 	cs := changes(1, n, keys)
-	msgs := changeMessages(1, cs, benchPartitions)
-	var size int64
-	for _, m := range msgs {
-		size += int64(len(m.Value))
-	}
-	produceMsgs(b, broker.Addr(), changesTopic, msgs)
-	msgs = nil
 	want := currentRows(cs)
+	type source struct {
+		order  string
+		broker string
+		size   int64
+	}
+	var sources []source
+	for _, order := range []string{"keyed", "shuffled"} {
+		msgs := changeMessages(1, cs, benchPartitions)
+		if order == "keyed" {
+			msgs = keyedMessages(cs, benchPartitions)
+		}
+		src := source{order: order, broker: startBroker(b, map[string]int32{changesTopic: benchPartitions}).Addr()}
+		for _, m := range msgs {
+			src.size += int64(len(m.Value))
+		}
+		produceMsgs(b, src.broker, changesTopic, msgs)
+		sources = append(sources, src)
+	}
 	cs = nil
 	const batchRows = 100_000
 
@@ -88,48 +111,63 @@ func benchCDC(b *testing.B, kind string) {
 		return localDest{}
 	}
 	for b.Loop() {
-		load := loadAverage()
-		// Append: the same messages as they are.
-		d := newDest()
-		spec := writeSpecText(b, fmt.Sprintf(appendChangesSpec, "bench_append", broker.Addr(), d.yaml(), batchRows))
-		appendRun := timedUpdate(b, spec)
-		if rows, _ := d.count(b, spec, "raw", "id"); rows != int64(n) {
-			b.Fatalf("append: %d rows, want %d", rows, n)
-		}
-		runs := []measured{appendRun}
-		for _, scd := range []int{1, 2} {
+		for _, src := range sources {
+			load := loadAverage()
+			// Append: the same messages as they are.
 			d := newDest()
-			spec := writeCDCSpec(b, fmt.Sprintf("bench_scd%d", scd), d, broker.Addr(), scd, batchRows)
-			run := timedUpdate(b, spec)
-			rows := targetRows(b, d, spec, "t", targetColumns(scd))
-			got := rows
-			if scd == 2 {
-				got = current(rows)
+			spec := writeSpecText(b, fmt.Sprintf(appendChangesSpec, "bench_"+src.order+"_append", src.broker, d.yaml(), batchRows))
+			appendRun := timedUpdate(b, spec)
+			if rows, _ := d.count(b, spec, "raw", "id"); rows != int64(n) {
+				b.Fatalf("append: %d rows, want %d", rows, n)
 			}
-			if len(got) != len(want) || strings.Join(got, "\n") != strings.Join(want, "\n") {
-				b.Fatalf("SCD type %d: %d current rows, want %d from the events; first differences:\n%s", scd, len(got), len(want), diffRows(got, want, 10))
+			runs := []measured{appendRun}
+			for _, scd := range []int{1, 2} {
+				d := newDest()
+				spec := writeCDCSpec(b, fmt.Sprintf("bench_%s_scd%d", src.order, scd), d, src.broker, scd, batchRows)
+				run := timedUpdate(b, spec)
+				rows := targetRows(b, d, spec, "t", targetColumns(scd))
+				got := rows
+				if scd == 2 {
+					got = current(rows)
+				}
+				if len(got) != len(want) || strings.Join(got, "\n") != strings.Join(want, "\n") {
+					b.Fatalf("%s, SCD type %d: %d current rows, want %d from the events; first differences:\n%s", src.order, scd, len(got), len(want), diffRows(got, want, 10))
+				}
+				run.rows = len(rows)
+				runs = append(runs, run)
 			}
-			run.rows = len(rows)
-			runs = append(runs, run)
-		}
 
-		fmt.Printf("CDC into %s, %d events over %d keys (%.0f bytes each), batches of %d rows; load average at the start %s:\n",
-			kind, n, keys, float64(size)/float64(n), batchRows, load)
-		for i, r := range runs {
-			name := [...]string{"append", "scd1", "scd2"}[i]
-			rate := float64(n) / r.took.Seconds()
-			b.ReportMetric(rate, name+"_events/s")
-			b.ReportMetric(float64(r.maxRSS)/(1<<20), name+"_peak_RSS_MiB")
-			b.ReportMetric(r.cpu.Seconds(), name+"_cpu_s")
-			line := fmt.Sprintf("  %-6s %9.0f events/s (%s, CPU %s), peak RSS %4d MiB", name, rate, r.took.Round(time.Millisecond), r.cpu.Round(10*time.Millisecond), r.maxRSS>>20)
-			if i > 0 {
-				ratio := appendRun.took.Seconds() / r.took.Seconds()
-				b.ReportMetric(ratio, name+"_vs_append")
-				line += fmt.Sprintf(", %.2f x append (CPU: %.2f), %d rows in the target", ratio, appendRun.cpu.Seconds()/r.cpu.Seconds(), r.rows)
+			fmt.Printf("CDC into %s, %d events over %d keys, %s (%.0f bytes each), batches of %d rows; load average at the start %s:\n",
+				kind, n, keys, src.order, float64(src.size)/float64(n), batchRows, load)
+			for i, r := range runs {
+				name := src.order + "_" + [...]string{"append", "scd1", "scd2"}[i]
+				rate := float64(n) / r.took.Seconds()
+				b.ReportMetric(rate, name+"_events/s")
+				b.ReportMetric(float64(r.maxRSS)/(1<<20), name+"_peak_RSS_MiB")
+				b.ReportMetric(r.cpu.Seconds(), name+"_cpu_s")
+				line := fmt.Sprintf("  %-15s %9.0f events/s (%s, CPU %s), peak RSS %4d MiB", name, rate, r.took.Round(time.Millisecond), r.cpu.Round(10*time.Millisecond), r.maxRSS>>20)
+				if i > 0 {
+					ratio := appendRun.took.Seconds() / r.took.Seconds()
+					b.ReportMetric(ratio, name+"_vs_append")
+					line += fmt.Sprintf(", %.2f x append (CPU: %.2f), %d rows in the target", ratio, appendRun.cpu.Seconds()/r.cpu.Seconds(), r.rows)
+				}
+				fmt.Println(line)
 			}
-			fmt.Println(line)
 		}
 	}
+}
+
+// keyedMessages orders events as a CDC source writes them: each key's
+// events in sequence order, in the partition its key hashes to, the key
+// as the message key.
+func keyedMessages(cs []change, partitions int) []consumer.Message {
+	sorted := slices.Clone(cs)
+	slices.SortStableFunc(sorted, func(a, b change) int { return cmp.Compare(a.seq, b.seq) })
+	msgs := make([]consumer.Message, len(sorted))
+	for i, c := range sorted {
+		msgs[i] = consumer.Message{Key: strconv.AppendInt(nil, c.id, 10), Value: c.json(), Partition: int32(c.id % int64(partitions))}
+	}
+	return msgs
 }
 
 // loadAverage returns the machine's load averages over 1, 5 and 15
@@ -152,12 +190,23 @@ type measured struct {
 }
 
 // timedUpdate runs `sluice update` of the spec as a child process and
-// returns its wall time and peak resident set size.
+// returns its wall time and peak resident set size. With
+// SLUICE_BENCH_PROFILE_DIR set, the process writes its CPU profile there,
+// named after the spec's pipeline.
 func timedUpdate(b *testing.B, spec string) measured {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "update", "-f", spec)
+	args := []string{"update", "-f", spec}
+	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
+		text, err := os.ReadFile(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(string(text), "pipeline: "), "\n")
+		args = append(args, "--cpu-profile", filepath.Join(dir, name+".pprof"))
+	}
+	cmd := exec.CommandContext(ctx, binary, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
