@@ -36,11 +36,15 @@ type Cache struct {
 	store StateStore
 	max   int64
 
-	mu    sync.Mutex
-	used  int64
-	items map[string]*cacheItem
-	head  cacheItem // sentinel of the LRU ring: head.next is the most recent
-	table *TableState
+	mu   sync.Mutex
+	used int64
+	// changes counts Commits and Resets: a state read from the store
+	// while one ran may be older than what the cache was told, so it is
+	// not kept.
+	changes uint64
+	items   map[string]*cacheItem
+	head    cacheItem // sentinel of the LRU ring: head.next is the most recent
+	table   *TableState
 }
 
 type cacheItem struct {
@@ -69,6 +73,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	var miss []string
 	states := make([]KeyState, 0, len(keys))
 	c.mu.Lock()
+	changes := c.changes
 	for _, k := range keys {
 		if it, ok := c.items[k]; ok {
 			c.touch(it)
@@ -98,6 +103,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	keep := c.changes == changes
 	for i, k := range miss {
 		s := got[k]
 		if it, ok := c.items[k]; ok && it.data != encs[i] { // a Commit in between is newer
@@ -105,7 +111,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 			if it.data != "" {
 				s = &KeyState{enc: it.data}
 			}
-		} else if !ok {
+		} else if !ok && keep {
 			c.put(k, encs[i])
 		}
 		if s != nil {
@@ -123,17 +129,20 @@ func (c *Cache) Table(ctx context.Context) (TableState, error) {
 		c.mu.Unlock()
 		return t, nil
 	}
+	changes := c.changes
 	c.mu.Unlock()
 	t, err := c.store.Table(ctx)
 	if err != nil {
 		return TableState{}, err
 	}
 	c.mu.Lock()
-	if c.table == nil {
+	defer c.mu.Unlock()
+	switch {
+	case c.table != nil: // a Commit in between is newer
+		t = *c.table
+	case c.changes == changes:
 		c.table = &t
 	}
-	t = *c.table
-	c.mu.Unlock()
 	return t, nil
 }
 
@@ -150,6 +159,7 @@ func (c *Cache) Commit(out *Output) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.changes++
 	for i, kc := range out.States {
 		if bad[i] {
 			c.forget(kc.Key) // the store has it: read it back when needed
@@ -167,6 +177,7 @@ func (c *Cache) Commit(out *Output) {
 func (c *Cache) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.changes++
 	clear(c.items)
 	c.head.prev, c.head.next = &c.head, &c.head
 	c.used = 0

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sluicehq/sluice/checkpoint"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/backfill"
@@ -29,12 +31,21 @@ const DefaultStateCacheBytes = 256 << 20
 func (r *runner) leaseTTL() time.Duration { return max(3*r.opts.HeartbeatTTL, 2*time.Second) }
 
 // cdcTarget is a CDC target shared by the flows that write it: their batches
-// apply one at a time, over one cache of committed key states.
+// apply one at a time, over one cache of committed key states, and load in
+// the order they applied (see cdcorder.go).
 type cdcTarget struct {
 	name  string
 	table *spec.Table
-	mu    sync.Mutex // held from a batch's Apply until its load ended
 	cache *cdc.Cache
+
+	mu    sync.Mutex    // held while a batch applies, or by exclusive work
+	epoch atomic.Uint64 // moves on when a load did not commit
+	// Guarded by mu: the outputs whose loads have not ended, in the order
+	// of their turns, and the epoch they belong to; the channel the last
+	// turn closes when it ended.
+	pending      []*pendingOutput
+	pendingEpoch uint64
+	tail         chan struct{}
 }
 
 // stateStore reads a target's committed CDC state from the sink.
@@ -200,7 +211,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		FailOnError:                       f.OnError == spec.OnErrorFail,
 		Logger:                            r.log.With("flow", f.Name),
 	}
-	eng, err := cdc.New(cfg, t.cache)
+	eng, err := cdc.New(cfg, pendingStore{t})
 	if err != nil {
 		return nil, err
 	}
@@ -241,48 +252,96 @@ func (h *cdcHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*pre
 	return h.apply(ctx, in, ch.DeadLetters)
 }
 
-// apply runs the engine over a decoded batch, holding the target until the
-// load that writes the result ended.
+// apply runs the engine over a decoded batch and gives it the target's
+// next turn to load.
 func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLetter) (*prepared, error) {
 	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
 		h.r.stampDeadLetters(h.flow, dls)
 		return nil, failOnDeadLetter(dls)
 	}
-
 	t := h.target
 	t.mu.Lock()
+	epoch := t.begin()
 	in.Now = time.Now()
 	out, err := h.engine.Apply(ctx, in)
-	if err == nil && out.Refresh {
-		out, err = h.refresh(ctx, out, in.Now)
-	}
 	if err != nil {
 		t.mu.Unlock()
-		t.cache.Reset()
 		return nil, err
 	}
-	dls = append(dls, out.DeadLetters...)
-	h.r.stampDeadLetters(h.flow, dls)
-	cutOvers := h.cutOvers(in, out)
-	return &prepared{
-		rows:        int64(out.Upserts.Len()),
-		deadLetters: int64(len(dls)),
-		write: func(ctx context.Context, ld sinks.Load) error {
-			if err := writeOutput(ctx, ld, h.flow.Target, out); err != nil {
-				return err
-			}
-			return writeDeadLetters(ctx, ld, dls)
-		},
+	if out.Refresh {
+		// The truncate's rewrite reads the target: it waits for the
+		// loads before it, and applies the batch again then.
+		out = nil
+	}
+	cb := &cdcBatch{h: h, in: in, dls: dls, tk: t.enqueue(epoch, out)}
+	t.mu.Unlock()
+	p := &prepared{
+		turn: cb.turn,
 		done: func(committed bool) {
+			cb.tk.end(cb.out, committed)
 			if committed {
-				t.cache.Commit(out)
-				h.reportCutOvers(ctx, cutOvers)
-			} else {
-				t.cache.Reset()
+				h.reportCutOvers(ctx, cb.cutOvers)
 			}
 		},
-		unlock: t.mu.Unlock,
-	}, nil
+	}
+	cb.p = p
+	if out != nil {
+		cb.fill(out)
+	}
+	return p, nil
+}
+
+// cdcBatch is a batch applied by a CDC flow, until its load ended.
+type cdcBatch struct {
+	h        *cdcHandler
+	in       cdc.Input
+	dls      []batch.DeadLetter // the decoder's
+	tk       *ticket
+	p        *prepared
+	out      *cdc.Output
+	cutOvers []checkpoint.CutOverEntry
+}
+
+// fill makes the prepared load write out.
+func (cb *cdcBatch) fill(out *cdc.Output) {
+	h := cb.h
+	dls := append(slices.Clip(cb.dls), out.DeadLetters...)
+	h.r.stampDeadLetters(h.flow, dls)
+	cb.out = out
+	cb.cutOvers = h.cutOvers(cb.in, out)
+	cb.p.rows, cb.p.deadLetters = int64(out.Upserts.Len()), int64(len(dls))
+	cb.p.write = func(ctx context.Context, ld sinks.Load) error {
+		if err := writeOutput(ctx, ld, h.flow.Target, out); err != nil {
+			return err
+		}
+		return writeDeadLetters(ctx, ld, dls)
+	}
+}
+
+// turn waits for the batch's turn to load, applying it again if what it
+// was applied over changed meanwhile.
+func (cb *cdcBatch) turn(ctx context.Context) error {
+	stale, err := cb.tk.wait(ctx)
+	if err != nil || !stale {
+		return err
+	}
+	h, t := cb.h, cb.h.target
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h.r.log.Debug("batch applied again: a load before it did not commit, or it rewrites the target", "flow", h.flow.Name, "rows", cb.in.Batch.Len())
+	epoch := t.restart()
+	cb.in.Now = time.Now()
+	out, err := h.engine.Apply(ctx, cb.in)
+	if err == nil && out.Refresh {
+		out, err = h.refresh(ctx, out, cb.in.Now)
+	}
+	if err != nil {
+		return err
+	}
+	cb.tk.epoch = epoch
+	cb.tk.pend(out)
+	cb.fill(out)
+	return nil
 }
 
 // decode turns a batch of records into the engine's input; records that do
@@ -406,7 +465,7 @@ func (h *cdcHandler) refresh(ctx context.Context, out *cdc.Output, now time.Time
 	for _, k := range out.Upserts.Keys {
 		add(k)
 	}
-	eng, err := cdc.New(h.cfg, overlay{base: h.target.cache, out: out})
+	eng, err := cdc.New(h.cfg, overlay{base: pendingStore{h.target}, out: out})
 	if err != nil {
 		return nil, err
 	}

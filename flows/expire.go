@@ -82,21 +82,24 @@ func (r *runner) expireTarget(ctx context.Context, t *cdcTarget, h *cdcHandler, 
 }
 
 func (r *runner) expirePage(ctx context.Context, t *cdcTarget, h *cdcHandler, keys []string) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out, err := h.engine.Expire(ctx, keys, time.Now())
-	if err != nil {
-		t.cache.Reset()
-		return 0, err
-	}
-	if len(out.States) == 0 && out.Table == nil {
-		return 0, nil
-	}
-	p := &prepared{write: func(ctx context.Context, ld sinks.Load) error { return writeOutput(ctx, ld, t.name, out) }}
-	if _, err := r.loadPrepared(ctx, h.flow, 0, p, sinks.Commit{}); err != nil {
-		t.cache.Reset()
-		return 0, err
-	}
-	t.cache.Commit(out)
-	return len(out.States), nil
+	changed := 0
+	err := t.exclusive(ctx, func() error {
+		out, err := h.engine.Expire(ctx, keys, time.Now())
+		if err != nil {
+			t.cache.Reset()
+			return err
+		}
+		if len(out.States) == 0 && out.Table == nil {
+			return nil
+		}
+		p := &prepared{write: func(ctx context.Context, ld sinks.Load) error { return writeOutput(ctx, ld, t.name, out) }}
+		if _, err := r.loadPrepared(ctx, h.flow, 0, p, sinks.Commit{}); err != nil {
+			t.cache.Reset()
+			return err
+		}
+		t.cache.Commit(out)
+		changed = len(out.States)
+		return nil
+	})
+	return changed, err
 }

@@ -233,9 +233,6 @@ func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs
 		if p.done != nil {
 			p.done(err == nil)
 		}
-		if p.unlock != nil {
-			p.unlock()
-		}
 		if err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}

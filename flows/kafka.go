@@ -31,14 +31,15 @@ type prepared struct {
 	write       func(ctx context.Context, ld sinks.Load) error
 	rows        int64
 	deadLetters int64
-	// done, when set, runs after the load ended: committed true when its
-	// ledger row was written (by this attempt or an earlier one), false when
-	// the outcome is unknown or the load was abandoned. It runs before the
-	// next batch of the target is prepared.
+	// turn, when set, waits until the batch may load: a CDC batch loads
+	// after the batches of its target applied before it ended (and may be
+	// applied again, changing the fields above).
+	turn func(ctx context.Context) error
+	// done, when set, runs after the load ended, or after prepare when
+	// there was no load: committed true when its ledger row was written (by
+	// this attempt or an earlier one), false when the outcome is unknown or
+	// the load was abandoned.
 	done func(committed bool)
-	// unlock, when set, runs after done: CDC flows hold the target from
-	// prepare until the load ended.
-	unlock func()
 }
 
 // kafkaFlow consumes one flow's topic; each batch of a partition becomes one
@@ -122,9 +123,6 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 		if p.done != nil {
 			p.done(committed)
 		}
-		if p.unlock != nil {
-			p.unlock()
-		}
 	}()
 
 	tp := batch.TopicPartition{Topic: rb.Topic, Partition: rb.Partition}
@@ -175,6 +173,11 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 // retrying what the destination classifies as retryable; attempts counts
 // the loads begun.
 func (r *runner) loadPrepared(ctx context.Context, f *spec.Flow, generation int64, p *prepared, c sinks.Commit) (attempts int, err error) {
+	if p.turn != nil {
+		if err := p.turn(ctx); err != nil {
+			return 0, err
+		}
+	}
 	err = r.retry(ctx, "load", func(ctx context.Context) error {
 		attempts++
 		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{

@@ -179,16 +179,16 @@ func (r *runner) applySnapshot(ctx context.Context, f *spec.Flow, t *cdcTarget, 
 	}
 
 	// From reading the target's keys to the end of the load, the target is
-	// this flow's: no other flow's batch applies in between.
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.cache.Reset() // the load's outputs are not kept to commit into it
-	if f.StoredAsSCDType == 2 {
-		if err := a.spillTargetKeys(ctx); err != nil {
-			return err
+	// this flow's: no other flow's batch applies or loads in between.
+	return t.exclusive(ctx, func() error {
+		defer t.cache.Reset() // the load's outputs are not kept to commit into it
+		if f.StoredAsSCDType == 2 {
+			if err := a.spillTargetKeys(ctx); err != nil {
+				return err
+			}
 		}
-	}
-	return a.load(ctx)
+		return a.load(ctx)
+	})
 }
 
 // snapshotSource returns the columns a snapshot's files are read with,
