@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -143,11 +145,22 @@ type Engine struct {
 	retention int64 // µs
 
 	// scratch reused between batches
-	ops     []Op
-	refs    []rowRef
-	keyBuf  []byte
-	seqBuf  []byte
-	fresh   []event
+	ops    []Op
+	refs   []rowRef
+	keyBuf []byte
+	seqBuf []byte
+	fresh  []event
+	// scr is the scratch of each goroutine applying keys: scr[0] that of
+	// Apply's own.
+	scr []*scratch
+	// workers is how many goroutines apply the keys of a batch of at
+	// least parallelKeys keys.
+	workers      int
+	parallelKeys int
+}
+
+// scratch is what applying a key reuses from the previous key and batch.
+type scratch struct {
 	merged  []event
 	expBuf  []event
 	marks   []bool
@@ -162,6 +175,14 @@ type Engine struct {
 	strBuf  []string // position strings of the state being encoded or decoded
 	decOffs []int32  // where the decoded state's events start
 }
+
+// defaultParallelKeys is the number of keys from which a batch's keys are
+// split between goroutines: below it, starting them costs more than it
+// saves.
+const defaultParallelKeys = 4096
+
+// maxApplyWorkers bounds the goroutines applying one batch's keys.
+const maxApplyWorkers = 4
 
 // New returns an engine for cfg reading committed state from store
 // (usually a *Cache).
@@ -182,7 +203,30 @@ func New(cfg Config, store StateStore) (*Engine, error) {
 	if ret <= 0 {
 		ret = DefaultTombstoneRetention
 	}
-	return &Engine{cfg: cfg, p: p, store: store, cls: cls, log: log, retention: ret.Microseconds()}, nil
+	return &Engine{cfg: cfg, p: p, store: store, cls: cls, log: log, retention: ret.Microseconds(),
+		workers: min(runtime.GOMAXPROCS(0), maxApplyWorkers), parallelKeys: defaultParallelKeys}, nil
+}
+
+// scratchOf returns the scratch of worker i.
+func (e *Engine) scratchOf(i int) *scratch {
+	for len(e.scr) <= i {
+		e.scr = append(e.scr, &scratch{})
+	}
+	return e.scr[i]
+}
+
+// newApplyCtx returns the context of an apply by worker i.
+func (e *Engine) newApplyCtx(in Input, now int64, refresh bool, out *Output, i int) *applyCtx {
+	s := e.scratchOf(i)
+	return &applyCtx{e: e, p: e.p, s: s, now: now, in: in, out: out, refresh: refresh,
+		merged: s.merged, expBuf: s.expBuf, marks: s.marks, vers: s.vers, oldVers: s.oldVers, newVers: s.newVers}
+}
+
+// done hands the buffers the apply grew back to its scratch.
+func (a *applyCtx) done() {
+	s := a.s
+	s.merged, s.expBuf, s.marks, s.vers = a.merged[:0], a.expBuf[:0], a.marks[:0], a.vers[:0]
+	s.oldVers, s.newVers = a.oldVers[:0], a.newVers[:0]
 }
 
 // Schema returns the schema of the rows the engine writes.
@@ -248,11 +292,8 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 			return nil, err
 		}
 	}
-	a := &applyCtx{e: e, p: e.p, now: in.Now.UnixMicro(), in: in, out: &Output{}, refresh: refresh, merged: e.merged, expBuf: e.expBuf, marks: e.marks, vers: e.vers, oldVers: e.oldVers, newVers: e.newVers}
-	defer func() {
-		e.merged, e.expBuf, e.marks, e.vers = a.merged[:0], a.expBuf[:0], a.marks[:0], a.vers[:0]
-		e.oldVers, e.newVers = a.oldVers[:0], a.newVers[:0]
-	}()
+	a := e.newApplyCtx(in, in.Now.UnixMicro(), refresh, &Output{}, 0)
+	defer a.done()
 
 	// Operations.
 	e.ops = grow(e.ops, n)
@@ -329,10 +370,6 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	})
 
 	// Keys, and the batch's events grouped by key.
-	type group struct {
-		key   string
-		fresh []event
-	}
 	var groups []group
 	fresh := e.fresh[:0]
 	for j, r := range refs {
@@ -391,12 +428,8 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 			return nil, fmt.Errorf("cdc: flow %s: read key states: %w", e.cfg.Flow, err)
 		}
 	}
-	for _, g := range groups {
-		err := a.applyKey(g.key, states[g.key], g.fresh, oldB, newB)
-		a.release()
-		if err != nil {
-			return nil, fmt.Errorf("cdc: flow %s: %w", e.cfg.Flow, err)
-		}
+	if err := e.applyKeys(a, groups, states, oldB, newB); err != nil {
+		return nil, fmt.Errorf("cdc: flow %s: %w", e.cfg.Flow, err)
 	}
 	st := &a.out.Stats
 	e.log.DebugContext(ctx, "cdc: batch applied", "flow", e.cfg.Flow, "target", e.cfg.Target,
@@ -404,6 +437,77 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 		"rows_written", a.out.Upserts.Len(), "rows_removed", a.out.Deletes.Len(), "states", len(a.out.States),
 		"late", st.Late, "suppressed", st.Suppressed, "expired", st.Expired)
 	return a.out, nil
+}
+
+// group is a key of a batch and its events, in order.
+type group struct {
+	key   string
+	fresh []event
+}
+
+// applyKeys applies each group's events over its key's state, into a's
+// Output. Keys are independent: a large batch's keys are split into
+// contiguous runs, each applied by a goroutine of its own into an Output
+// of its own, and the runs' Outputs are appended in order, so that the
+// result is the one a single goroutine would give.
+func (e *Engine) applyKeys(a *applyCtx, groups []group, states map[string]*KeyState, oldB, newB []Barrier) error {
+	run := func(a *applyCtx, groups []group) error {
+		for _, g := range groups {
+			err := a.applyKey(g.key, states[g.key], g.fresh, oldB, newB)
+			a.release()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	w := min(e.workers, len(groups)/max(e.parallelKeys, 1))
+	if w <= 1 {
+		return run(a, groups)
+	}
+	parts := make([]*applyCtx, w)
+	errs := make([]error, w)
+	var wg sync.WaitGroup
+	for i := range w {
+		lo, hi := i*len(groups)/w, (i+1)*len(groups)/w
+		parts[i] = a
+		if i > 0 {
+			out := &Output{Upserts: e.newRows(hi - lo), Deletes: e.newRows(0)}
+			parts[i] = e.newApplyCtx(a.in, a.now, a.refresh, out, i)
+		}
+		wg.Go(func() { errs[i] = run(parts[i], groups[lo:hi]) })
+	}
+	wg.Wait()
+	for _, p := range parts[1:] {
+		p.done()
+		a.out.append(p.out)
+	}
+	return errors.Join(errs...)
+}
+
+// append appends what applying later keys gave to o.
+func (o *Output) append(p *Output) {
+	o.Upserts.append(p.Upserts)
+	o.Deletes.append(p.Deletes)
+	o.States = append(o.States, p.States...)
+	o.DeadLetters = append(o.DeadLetters, p.DeadLetters...)
+	o.CutOvers = append(o.CutOvers, p.CutOvers...)
+	st := &o.Stats
+	st.DeadLetters += p.Stats.DeadLetters
+	st.Late += p.Stats.Late
+	st.Suppressed += p.Stats.Suppressed
+	st.Expired += p.Stats.Expired
+	st.TombstoneGap = max(st.TombstoneGap, p.Stats.TombstoneGap)
+}
+
+// append appends p's rows to r.
+func (r *Rows) append(p Rows) {
+	if p.Len() == 0 {
+		return
+	}
+	r.Batch.AppendBatch(p.Batch)
+	r.Keys = append(r.Keys, p.Keys...)
+	r.Seqs = append(r.Seqs, p.Seqs...)
 }
 
 func (e *Engine) checkInput(in Input) error {
@@ -458,6 +562,7 @@ func (e *Engine) newRows(capacity int) Rows {
 type applyCtx struct {
 	e   *Engine
 	p   *plan
+	s   *scratch
 	now int64
 	in  Input
 	out *Output
@@ -480,18 +585,18 @@ type applyCtx struct {
 // take returns n values from the engine's arena. They live until the key
 // being applied is done (see release).
 func (a *applyCtx) take(n int) []value {
-	e := a.e
-	if e.used+n > len(e.arena) {
-		e.arena = make([]value, max(2*len(e.arena), n, 1024))
-		e.used = 0
+	s := a.s
+	if s.used+n > len(s.arena) {
+		s.arena = make([]value, max(2*len(s.arena), n, 1024))
+		s.used = 0
 	}
-	v := e.arena[e.used : e.used+n : e.used+n]
-	e.used += n
+	v := s.arena[s.used : s.used+n : s.used+n]
+	s.used += n
 	return v
 }
 
 // release makes the arena reusable: nothing taken so far is read again.
-func (a *applyCtx) release() { a.e.used = 0 }
+func (a *applyCtx) release() { a.s.used = 0 }
 
 // valsOf returns the values of an upsert, reading a batch event's row on
 // first use.
@@ -659,7 +764,7 @@ func (a *applyCtx) bind(s *KeyState) (evs []event, remapped bool, err error) {
 	if s.events == nil && s.enc != "" {
 		// Kept encoded (by the Cache, or an Output): decoded into the
 		// engine's scratch, which the next key reuses.
-		e := a.e
+		e := a.s
 		cols, evs, needed, err := decodeState(s.enc, names, e.decEv[:0], e.decVals, &e.strBuf, &e.decOffs)
 		if err != nil {
 			return nil, false, err
@@ -755,11 +860,11 @@ func (a *applyCtx) newState(kept []event, same int) (*KeyState, error) {
 	if len(a.reuse.offs) > 0 {
 		reuse = &a.reuse
 	}
-	buf, err := appendStateReusing(a.e.encBuf[:0], a.p.names, kept, &a.e.strBuf, reuse, same)
+	buf, err := appendStateReusing(a.s.encBuf[:0], a.p.names, kept, &a.s.strBuf, reuse, same)
 	if err != nil {
 		return nil, err
 	}
-	a.e.encBuf = buf
+	a.s.encBuf = buf
 	if len(a.states) == 0 {
 		a.states = make([]KeyState, 256) // one allocation for many keys
 	}

@@ -167,6 +167,9 @@ type harness struct {
 	now     time.Time
 	// cacheBytes bounds the cache restart creates.
 	cacheBytes int64
+	// workers, when above 1, makes the engines restart creates apply the
+	// keys of every batch of two keys or more with that many goroutines.
+	workers int
 }
 
 // tb is what the harness needs of *testing.T and *rapid.T.
@@ -194,6 +197,9 @@ func (h *harness) restart() {
 		e, err := New(c, h.cache)
 		if err != nil {
 			h.t.Fatalf("New(%s): %v", name, err)
+		}
+		if h.workers > 1 {
+			e.workers, e.parallelKeys = h.workers, 1
 		}
 		h.engines[name] = e
 	}

@@ -3,6 +3,7 @@ package cdc
 import (
 	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -388,6 +389,7 @@ func checkProperty(scd2, distinct bool) func(*rapid.T) {
 		}
 		h := newHarness(t, v.config("f"), v.config("g"))
 		h.cacheBytes = rapid.SampledFrom([]int64{0, 600, 1 << 20}).Draw(t, "cache")
+		h.workers = rapid.SampledFrom([]int{1, 3}).Draw(t, "workers")
 		h.restart()
 		got := deliver(t, h, evs)
 		if diff := gocmp.Diff(want, got); diff != "" {
@@ -500,6 +502,75 @@ func checkIntervals(t *rapid.T, h *harness) {
 				if prevEnd := rows[i-1].vals[ei].(int64); prevEnd > start {
 					t.Fatalf("versions %v and %v overlap", rows[i-1].vals, r.vals)
 				}
+			}
+		}
+	}
+}
+
+// TestApplyKeysInParallel: an engine applying a batch's keys with several
+// goroutines gives exactly the Output, in the same order, that one
+// goroutine gives, over stored states and late events.
+func TestApplyKeysInParallel(t *testing.T) {
+	for _, scd2 := range []bool{false, true} {
+		v := variant{scd2: scd2, ignoreNull: 1}
+		rng := rand.New(rand.NewPCG(3, 4))
+		names := []string{"a", "b", "c"}
+		batches := make([][]pev, 3)
+		seqs := rng.Perm(3 * 6000)
+		for i, seq := range seqs {
+			e := pev{key: rng.IntN(2000), seq: seq, op: "U", flow: "f", off: int64(i)}
+			switch rng.IntN(8) {
+			case 0:
+				e.op = "D"
+			case 1:
+			default:
+				e.name = &names[rng.IntN(len(names))]
+				e.city = &names[rng.IntN(len(names))]
+			}
+			batches[i%3] = append(batches[i%3], e)
+		}
+		outputs := func(workers int) []*Output {
+			h := newHarness(t, v.config("f"))
+			h.workers = workers
+			h.restart()
+			var outs []*Output
+			for _, evs := range batches {
+				rows := make([][]any, len(evs))
+				pos := make([]Position, len(evs))
+				for i, e := range evs {
+					rows[i], pos[i] = e.row(), e.pos()
+				}
+				outs = append(outs, h.apply("f", mkBatch(propSource, rows), pos))
+			}
+			return outs
+		}
+		one, three := outputs(1), outputs(3)
+		for i := range one {
+			a, b := one[i], three[i]
+			if a.Upserts.Len() == 0 || len(a.States) == 0 {
+				t.Fatalf("scd2 %v, batch %d: nothing written", scd2, i)
+			}
+			if !slices.Equal(a.Upserts.Keys, b.Upserts.Keys) || !slices.Equal(a.Upserts.Seqs, b.Upserts.Seqs) ||
+				!slices.Equal(a.Deletes.Keys, b.Deletes.Keys) || !slices.Equal(a.Deletes.Seqs, b.Deletes.Seqs) {
+				t.Fatalf("scd2 %v, batch %d: rows differ", scd2, i)
+			}
+			for r := range a.Upserts.Len() {
+				if ra, rb := fmt.Sprint(a.Upserts.Batch.Row(r)), fmt.Sprint(b.Upserts.Batch.Row(r)); ra != rb {
+					t.Fatalf("scd2 %v, batch %d, upsert %d: %s, in parallel %s", scd2, i, r, ra, rb)
+				}
+			}
+			if len(a.States) != len(b.States) {
+				t.Fatalf("scd2 %v, batch %d: %d states, in parallel %d", scd2, i, len(a.States), len(b.States))
+			}
+			for k := range a.States {
+				ea, _ := a.States[k].State.MarshalBinary()
+				eb, _ := b.States[k].State.MarshalBinary()
+				if a.States[k].Key != b.States[k].Key || string(ea) != string(eb) {
+					t.Fatalf("scd2 %v, batch %d: state %d differs", scd2, i, k)
+				}
+			}
+			if a.Stats != b.Stats {
+				t.Fatalf("scd2 %v, batch %d: stats %+v, in parallel %+v", scd2, i, a.Stats, b.Stats)
 			}
 		}
 	}

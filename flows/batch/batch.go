@@ -40,6 +40,13 @@ func (b *Batch) Truncate(n int) {
 	}
 }
 
+// AppendBatch appends every row of src, a batch of the same schema.
+func (b *Batch) AppendBatch(src *Batch) {
+	for c, v := range b.Vectors {
+		v.AppendVector(src.Vectors[c])
+	}
+}
+
 // AppendRow appends row i of src, which must have the same schema.
 func (b *Batch) AppendRow(src *Batch, i int) {
 	for c, v := range b.Vectors {

@@ -92,6 +92,26 @@ func (v *Vector) markNull(null bool) {
 	v.Nulls = append(v.Nulls, null)
 }
 
+// AppendVector appends every row of src, a vector of the same type.
+func (v *Vector) AppendVector(src *Vector) {
+	n, m := v.Len(), src.Len()
+	switch {
+	case src.Nulls != nil:
+		if v.Nulls == nil {
+			v.Nulls = make([]bool, n, n+m)
+		}
+		v.Nulls = append(v.Nulls, src.Nulls...)
+	case v.Nulls != nil:
+		v.Nulls = append(v.Nulls, make([]bool, m)...)
+	}
+	v.Ints = append(v.Ints, src.Ints...)
+	v.Floats = append(v.Floats, src.Floats...)
+	v.Bools = append(v.Bools, src.Bools...)
+	v.Strs = append(v.Strs, src.Strs...)
+	v.Bytes = append(v.Bytes, src.Bytes...)
+	v.Decs = append(v.Decs, src.Decs...)
+}
+
 // AppendNull appends a null row.
 func (v *Vector) AppendNull() {
 	v.markNull(true)
