@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -256,6 +257,20 @@ type rowRef struct {
 	row    int32
 	k0, k1 int32
 	s0, s1 int32
+	// kp and sp are the first 8 bytes of the key's and the sequence's
+	// encodings, big-endian: most comparisons of a sort end on them.
+	kp, sp uint64
+}
+
+// prefix returns the first 8 bytes of b as a big-endian number, zeros
+// after its end: prefixes order as the byte strings do, or tie.
+func prefix(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b)
+	}
+	var p [8]byte
+	copy(p[:], b)
+	return binary.BigEndian.Uint64(p[:])
 }
 
 // Apply applies a batch: it reads the state of the batch's keys, and
@@ -354,14 +369,21 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 		for _, c := range e.p.keySrc {
 			keyBuf = appendOrdered(keyBuf, in.Batch.Vectors[c], i)
 		}
-		refs = append(refs, rowRef{row: int32(i), k0: int32(k0), k1: int32(len(keyBuf)), s0: int32(s0), s1: int32(len(seqBuf))})
+		refs = append(refs, rowRef{row: int32(i), k0: int32(k0), k1: int32(len(keyBuf)), s0: int32(s0), s1: int32(len(seqBuf)),
+			kp: prefix(keyBuf[k0:]), sp: prefix(seqBuf[s0:])})
 	}
 	e.refs, e.keyBuf, e.seqBuf = refs, keyBuf, seqBuf
 	keyStr, seqStr := string(keyBuf), string(seqBuf)
 	pos := in.Positions
 	slices.SortFunc(refs, func(x, y rowRef) int {
+		if x.kp != y.kp {
+			return cmp.Compare(x.kp, y.kp)
+		}
 		if c := strings.Compare(keyStr[x.k0:x.k1], keyStr[y.k0:y.k1]); c != 0 {
 			return c
+		}
+		if x.sp != y.sp {
+			return cmp.Compare(x.sp, y.sp)
 		}
 		if c := strings.Compare(seqStr[x.s0:x.s1], seqStr[y.s0:y.s1]); c != 0 {
 			return c
