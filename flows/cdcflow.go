@@ -46,7 +46,14 @@ type cdcTarget struct {
 	pending      []*pendingOutput
 	pendingEpoch uint64
 	tail         chan struct{}
+	// ahead holds a token per batch applied whose load has not ended: one
+	// loads while the next is applied, and no more wait in memory.
+	ahead chan struct{}
 }
+
+// maxBatchesAhead bounds a CDC target's batches applied and not loaded
+// yet, the one loading included.
+const maxBatchesAhead = 2
 
 // stateStore reads a target's committed CDC state from the sink.
 type stateStore struct {
@@ -101,7 +108,8 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 		if !ok {
 			return nil, nil, fmt.Errorf("table %s: the destination does not support CDC targets", t.Name)
 		}
-		targets[t.Name] = &cdcTarget{name: t.Name, table: t, cache: cdc.NewCache(stateStore{sr: sr, table: t.Name}, DefaultStateCacheBytes)}
+		targets[t.Name] = &cdcTarget{name: t.Name, table: t, cache: cdc.NewCache(stateStore{sr: sr, table: t.Name}, DefaultStateCacheBytes),
+			ahead: make(chan struct{}, maxBatchesAhead)}
 	}
 	if len(targets) == 0 {
 		return targets, func() {}, nil
@@ -260,12 +268,18 @@ func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLe
 		return nil, failOnDeadLetter(dls)
 	}
 	t := h.target
+	select {
+	case t.ahead <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	t.mu.Lock()
 	epoch := t.begin()
 	in.Now = time.Now()
 	out, err := h.engine.Apply(ctx, in)
 	if err != nil {
 		t.mu.Unlock()
+		<-t.ahead
 		return nil, err
 	}
 	if out.Refresh {
@@ -279,6 +293,7 @@ func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLe
 		turn: cb.turn,
 		done: func(committed bool) {
 			cb.tk.end(cb.out, committed)
+			<-t.ahead
 			if committed {
 				h.reportCutOvers(ctx, cb.cutOvers)
 			}
