@@ -236,6 +236,7 @@ func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs
 		if err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
+		r.log.Debug("file chunk committed", "flow", f.Name, "file", ch.File, "next", ch.Next, "done", ch.Done)
 		ls.mu.Lock()
 		*rows += p.rows
 		ls.from[ch.File] = ch.Next
