@@ -170,7 +170,6 @@ func (o *orderTarget) load(ctx context.Context, bs []*batch.Batch, i int) error 
 	c := sinks.Commit{
 		From: batch.Positions{{Topic: "events", Partition: int32(i), Offset: -1}},
 		To:   batch.Positions{{Topic: "events", Partition: int32(i), Offset: int64(b.Len())}},
-		Rows: p.rows,
 	}
 	_, err = o.r.loadPrepared(ctx, o.h.flow, 0, p, c)
 	p.done(err == nil)

@@ -224,10 +224,8 @@ func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs
 	// load loads one prepared chunk and records its progress.
 	load := func(ctx context.Context, ch *backfill.Chunk, p *prepared, pos string, from int64) error {
 		c := sinks.Commit{
-			From:        batch.Positions{{File: pos, RowGroup: from}},
-			To:          batch.Positions{{File: pos, RowGroup: ch.Next, Done: ch.Done}},
-			Rows:        p.rows,
-			DeadLetters: p.deadLetters,
+			From: batch.Positions{{File: pos, RowGroup: from}},
+			To:   batch.Positions{{File: pos, RowGroup: ch.Next, Done: ch.Done}},
 		}
 		_, err := r.loadPrepared(ctx, f, 0, p, c)
 		if p.done != nil {

@@ -127,10 +127,8 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 
 	tp := batch.TopicPartition{Topic: rb.Topic, Partition: rb.Partition}
 	c := sinks.Commit{
-		From:        batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.From}},
-		To:          batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.Next}},
-		Rows:        p.rows,
-		DeadLetters: p.deadLetters,
+		From: batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.From}},
+		To:   batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.Next}},
 	}
 	attempts, err := kf.r.loadPrepared(ctx, kf.flow, int64(rb.Generation), p, c)
 	if errors.Is(err, sinks.ErrStale) {
@@ -161,23 +159,25 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 		return err
 	}
 	committed = true
-	kf.rows.Add(c.Rows)
-	kf.deadLetters.Add(c.DeadLetters)
+	kf.rows.Add(p.rows)
+	kf.deadLetters.Add(p.deadLetters)
 	kf.loads.Add(1)
 	kf.log.Debug("load committed", "topic", rb.Topic, "partition", rb.Partition,
-		"from", rb.From, "next", rb.Next, "rows", c.Rows, "dead_letters", c.DeadLetters)
+		"from", rb.From, "next", rb.Next, "rows", p.rows, "dead_letters", p.deadLetters)
 	return nil
 }
 
 // loadPrepared writes a prepared batch as one load and commits it,
 // retrying what the destination classifies as retryable; attempts counts
-// the loads begun.
+// the loads begun. The commit's row and dead-letter counts are p's, taken
+// once the batch's turn came.
 func (r *runner) loadPrepared(ctx context.Context, f *spec.Flow, generation int64, p *prepared, c sinks.Commit) (attempts int, err error) {
 	if p.turn != nil {
 		if err := p.turn(ctx); err != nil {
 			return 0, err
 		}
 	}
+	c.Rows, c.DeadLetters = p.rows, p.deadLetters // a batch applied again at its turn counts anew
 	err = r.retry(ctx, "load", func(ctx context.Context) error {
 		attempts++
 		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{
