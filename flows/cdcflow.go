@@ -192,6 +192,9 @@ type cdcHandler struct {
 	// debezium: the source is Debezium envelopes; ops from the envelope
 	// decide unless the flow sets apply_as_deletes or apply_as_truncates.
 	debezium bool
+
+	gmu  sync.Mutex
+	open *joinedLoad // the load batches ready now join (cdcjoin.go); nil when none forms
 }
 
 func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) {
@@ -267,12 +270,27 @@ func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLe
 		h.r.stampDeadLetters(h.flow, dls)
 		return nil, failOnDeadLetter(dls)
 	}
-	t := h.target
+	if err := h.target.takeAhead(ctx); err != nil {
+		return nil, err
+	}
+	return h.applyAhead(ctx, in, dls)
+}
+
+// takeAhead waits until fewer than maxBatchesAhead batches of the target
+// are applied and not loaded, and takes a place among them.
+func (t *cdcTarget) takeAhead(ctx context.Context) error {
 	select {
 	case t.ahead <- struct{}{}:
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
+}
+
+// applyAhead is apply once the batch took its place ahead (takeAhead);
+// the prepared load gives it back when it ended, an error at once.
+func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.DeadLetter) (*prepared, error) {
+	t := h.target
 	t.mu.Lock()
 	epoch := t.begin()
 	in.Now = time.Now()

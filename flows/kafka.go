@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,10 +115,19 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 			return err
 		}
 	}
+	if h, ok := kf.handler.(*cdcHandler); ok {
+		return kf.processJoined(ctx, h, rb)
+	}
 	p, err := kf.handler.prepare(ctx, rb)
 	if err != nil {
 		return err
 	}
+	return kf.load(ctx, p, []*consumer.RecordBatch{rb})
+}
+
+// load loads a prepared batch made of the record batches rbs, of
+// different partitions, and returns once its ledger row is written.
+func (kf *kafkaFlow) load(ctx context.Context, p *prepared, rbs []*consumer.RecordBatch) error {
 	committed := false
 	defer func() {
 		if p.done != nil {
@@ -125,34 +135,43 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 		}
 	}()
 
-	tp := batch.TopicPartition{Topic: rb.Topic, Partition: rb.Partition}
-	c := sinks.Commit{
-		From: batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.From}},
-		To:   batch.Positions{{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.Next}},
+	var c sinks.Commit
+	for _, rb := range rbs {
+		c.From = append(c.From, batch.Position{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.From})
+		c.To = append(c.To, batch.Position{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.Next})
 	}
-	attempts, err := kf.r.loadPrepared(ctx, kf.flow, int64(rb.Generation), p, c)
+	attempts, err := kf.r.loadPrepared(ctx, kf.flow, int64(rbs[0].Generation), p, c)
 	if errors.Is(err, sinks.ErrStale) {
 		// Either an earlier attempt of this very load committed before its
-		// error reached us (the ledger then stands at rb.Next), or another
-		// writer took the partition over: its rows are its own, and ours
-		// must not be published twice.
+		// error reached us (the ledger then stands at each batch's Next), or
+		// another writer took a partition over: its rows are its own, and
+		// ours must not be published twice.
 		pos, perr := kf.r.kafkaPositions(ctx, kf.flow.Name)
 		if perr != nil {
 			return perr
 		}
+		var moved *consumer.RecordBatch // a partition whose ledger is not where this load leaves it
+		for _, o := range rbs {
+			if pos[batch.TopicPartition{Topic: o.Topic, Partition: o.Partition}] != o.Next {
+				moved = o
+				break
+			}
+		}
+		rb := cmp.Or(moved, rbs[0])
+		ledger := pos[batch.TopicPartition{Topic: rb.Topic, Partition: rb.Partition}]
 		switch {
-		case attempts > 1 && pos[tp] == rb.Next:
+		case attempts > 1 && moved == nil:
 			err = nil
 		case kf.r.opts.Mode == ModeRun:
 			// The group gave the partition to another member: this
 			// session is over, and the rebalance that ends it seeks the
 			// partition's next owner to the ledger.
 			kf.log.Warn("batch abandoned: another writer committed this partition", "topic", rb.Topic,
-				"partition", rb.Partition, "from", rb.From, "ledger", pos[tp])
+				"partition", rb.Partition, "from", rb.From, "ledger", ledger, "partitions", len(rbs))
 			return nil
 		default:
 			return fmt.Errorf("partition %s/%d: another writer committed it while this update ran (ledger at %d, batch from %d); run update again: %w",
-				rb.Topic, rb.Partition, pos[tp], rb.From, err)
+				rb.Topic, rb.Partition, ledger, rb.From, err)
 		}
 	}
 	if err != nil {
@@ -162,8 +181,10 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 	kf.rows.Add(p.rows)
 	kf.deadLetters.Add(p.deadLetters)
 	kf.loads.Add(1)
-	kf.log.Debug("load committed", "topic", rb.Topic, "partition", rb.Partition,
-		"from", rb.From, "next", rb.Next, "rows", p.rows, "dead_letters", p.deadLetters)
+	for _, rb := range rbs {
+		kf.log.Debug("load committed", "topic", rb.Topic, "partition", rb.Partition,
+			"from", rb.From, "next", rb.Next, "rows", p.rows, "dead_letters", p.deadLetters, "partitions", len(rbs))
+	}
 	return nil
 }
 
