@@ -170,9 +170,12 @@ func (s *Store) holds(ctx context.Context, l *lock) (bool, error) {
 	return held, nil
 }
 
-// lockAge returns how old a lock view is by the server's clock.
+// lockAge returns how old a lock view is by the server's clock. A view
+// whose metadata time reads as zero (the server lists it while its
+// metadata file is being written or removed) is taken as just made: only
+// a time seen is old.
 func (s *Store) lockAge(ctx context.Context, name string) (time.Duration, bool, error) {
-	rows, err := s.conn.Query(ctx, "SELECT toInt64(toUnixTimestamp(now())) - toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND name = ?", s.db, name)
+	rows, err := s.conn.Query(ctx, "SELECT toInt64(toUnixTimestamp(now())), toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND name = ?", s.db, name)
 	if err != nil {
 		return 0, false, fmt.Errorf("lock age: %w", err)
 	}
@@ -180,8 +183,12 @@ func (s *Store) lockAge(ctx context.Context, name string) (time.Duration, bool, 
 	var age int64
 	found := false
 	for rows.Next() {
-		if err := rows.Scan(&age); err != nil {
+		var now, made int64
+		if err := rows.Scan(&now, &made); err != nil {
 			return 0, false, fmt.Errorf("lock age: %w", err)
+		}
+		if made > 0 {
+			age = now - made
 		}
 		found = true
 	}
