@@ -208,9 +208,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // objectAges returns the age of sluice's tables and views by name (all of
-// them when names is empty), by the server's clock.
+// them when names is empty), by the server's clock. An object whose
+// metadata time reads as zero (listed while its metadata file is being
+// written or removed) is taken as just made: only a time seen is old.
 func (s *Sink) objectAges(ctx context.Context, names ...string) (map[string]time.Duration, error) {
-	q := "SELECT name, toInt64(toUnixTimestamp(now())) - toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND startsWith(name, '" + sluicePrefix + "')"
+	q := "SELECT name, toInt64(toUnixTimestamp(now())), toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND startsWith(name, '" + sluicePrefix + "')"
 	args := []any{s.opts.Database}
 	if len(names) > 0 {
 		q += " AND name IN (" + placeholders(len(names)) + ")"
@@ -251,9 +253,13 @@ func (s *Sink) readAges(ctx context.Context, q string, args []any) (map[string]t
 	out := map[string]time.Duration{}
 	for rows.Next() {
 		var name string
-		var age int64
-		if err := rows.Scan(&name, &age); err != nil {
+		var now, made int64
+		if err := rows.Scan(&name, &now, &made); err != nil {
 			return nil, fmt.Errorf("clickhouse: list sluice objects: %w", err)
+		}
+		var age int64
+		if made > 0 {
+			age = now - made
 		}
 		out[name] = time.Duration(age) * time.Second
 	}
