@@ -5,17 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
-	"github.com/sluicehq/sluice/flows/spec"
 )
 
 // TestCDCJoinedLoads: a CDC flow over four partitions whose batches are
@@ -33,20 +29,7 @@ func TestCDCJoinedLoads(t *testing.T) {
 				t.Fatal(err)
 			}
 			flow := flowYAML("f", topic, fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n    stored_as_scd_type: 1\n    batch: {rows: 1000}\n")
-			doc := fmt.Sprintf("pipeline: joined\nkafka:\n  brokers: [%s]\n  session_timeout: 2s\ndestination:\n%s\ntables:\n  - name: t\nflows:%s", broker.Addr(), dests[dname](t), flow)
-			path := filepath.Join(t.TempDir(), "sluice.yaml")
-			if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			p, err := spec.Load(path)
-			if err != nil {
-				t.Fatalf("spec: %v\n%s", err, doc)
-			}
-			sink, err := flows.OpenSink(ctx, p, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sink.Close()
+			s := newStepper(t, broker.Addr(), dests[dname](t), "tables:\n  - name: t\nflows:"+flow)
 
 			// Rounds of 100 events per partition, each an update: the four
 			// partitions' batches (at their end offsets, well under
@@ -75,9 +58,7 @@ func TestCDCJoinedLoads(t *testing.T) {
 				if err := consumer.Produce(ctx, []string{broker.Addr()}, topic, ms); err != nil {
 					t.Fatal(err)
 				}
-				if err := flows.Execute(ctx, p, sink, flows.Options{Mode: flows.ModeUpdate, HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second}); err != nil {
-					t.Fatal(err)
-				}
+				s.update()
 			}
 			var want []string
 			for _, id := range slices.Sorted(maps.Keys(last)) {
@@ -85,13 +66,14 @@ func TestCDCJoinedLoads(t *testing.T) {
 					want = append(want, fmt.Sprintf("%d,%s", id, c.name))
 				}
 			}
-			got, err := sink.Scan(ctx, "t")
+			if rows := s.rows("t"); !slices.Equal(rows, want) {
+				t.Fatalf("target: %d rows, want %d\n got %q\nwant %q", len(rows), len(want), rows, want)
+			}
+			sink, err := flows.OpenSink(ctx, s.p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rows := rowStrings(got); !slices.Equal(rows, want) {
-				t.Fatalf("target: %d rows, want %d\n got %q\nwant %q", len(rows), len(want), rows, want)
-			}
+			defer sink.Close()
 			loads, err := sink.Scan(ctx, batch.LoadsTable)
 			if err != nil {
 				t.Fatal(err)
