@@ -216,18 +216,10 @@ func (e *Engine) scratchOf(i int) *scratch {
 	return e.scr[i]
 }
 
-// newApplyCtx returns the context of an apply by worker i.
+// newApplyCtx returns the context of an apply by worker i, over its
+// scratch.
 func (e *Engine) newApplyCtx(in Input, now int64, refresh bool, out *Output, i int) *applyCtx {
-	s := e.scratchOf(i)
-	return &applyCtx{e: e, p: e.p, s: s, now: now, in: in, out: out, refresh: refresh,
-		merged: s.merged, expBuf: s.expBuf, marks: s.marks, vers: s.vers, oldVers: s.oldVers, newVers: s.newVers}
-}
-
-// done hands the buffers the apply grew back to its scratch.
-func (a *applyCtx) done() {
-	s := a.s
-	s.merged, s.expBuf, s.marks, s.vers = a.merged[:0], a.expBuf[:0], a.marks[:0], a.vers[:0]
-	s.oldVers, s.newVers = a.oldVers[:0], a.newVers[:0]
+	return &applyCtx{e: e, p: e.p, scratch: e.scratchOf(i), now: now, in: in, out: out, refresh: refresh}
 }
 
 // Schema returns the schema of the rows the engine writes.
@@ -308,7 +300,6 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 		}
 	}
 	a := e.newApplyCtx(in, in.Now.UnixMicro(), refresh, &Output{}, 0)
-	defer a.done()
 
 	// Operations.
 	e.ops = grow(e.ops, n)
@@ -501,7 +492,6 @@ func (e *Engine) applyKeys(a *applyCtx, groups []group, states map[string]*KeySt
 	}
 	wg.Wait()
 	for _, p := range parts[1:] {
-		p.done()
 		a.out.append(p.out)
 	}
 	return errors.Join(errs...)
@@ -582,9 +572,9 @@ func (e *Engine) newRows(capacity int) Rows {
 
 // applyCtx is one Apply call.
 type applyCtx struct {
-	e   *Engine
-	p   *plan
-	s   *scratch
+	e *Engine
+	p *plan
+	*scratch
 	now int64
 	in  Input
 	out *Output
@@ -592,22 +582,16 @@ type applyCtx struct {
 	// not they changed.
 	refresh bool
 
-	merged []event
-	expBuf []event
-	marks  []bool
 	states []KeyState // where newState takes the Output's states from
 	// reuse, when its offs are set, is the encoding of the key's stored
 	// state, whose events a new state that starts with them copies.
-	reuse   prefixCode
-	vers    []version
-	oldVers []version
-	newVers []version
+	reuse prefixCode
 }
 
 // take returns n values from the engine's arena. They live until the key
 // being applied is done (see release).
 func (a *applyCtx) take(n int) []value {
-	s := a.s
+	s := a.scratch
 	if s.used+n > len(s.arena) {
 		s.arena = make([]value, max(2*len(s.arena), n, 1024))
 		s.used = 0
@@ -618,7 +602,7 @@ func (a *applyCtx) take(n int) []value {
 }
 
 // release makes the arena reusable: nothing taken so far is read again.
-func (a *applyCtx) release() { a.s.used = 0 }
+func (a *applyCtx) release() { a.used = 0 }
 
 // valsOf returns the values of an upsert, reading a batch event's row on
 // first use.
@@ -786,17 +770,16 @@ func (a *applyCtx) bind(s *KeyState) (evs []event, remapped bool, err error) {
 	if s.events == nil && s.enc != "" {
 		// Kept encoded (by the Cache, or an Output): decoded into the
 		// engine's scratch, which the next key reuses.
-		e := a.s
-		cols, evs, needed, err := decodeState(s.enc, names, e.decEv[:0], e.decVals, &e.strBuf, &e.decOffs)
+		cols, evs, needed, err := decodeState(s.enc, names, a.decEv[:0], a.decVals, &a.strBuf, &a.decOffs)
 		if err != nil {
 			return nil, false, err
 		}
-		if len(e.decOffs) > 0 && unsafe.SliceData(cols) == unsafe.SliceData(names) {
-			a.reuse = prefixCode{enc: s.enc, offs: e.decOffs}
+		if len(a.decOffs) > 0 && unsafe.SliceData(cols) == unsafe.SliceData(names) {
+			a.reuse = prefixCode{enc: s.enc, offs: a.decOffs}
 		}
-		e.decEv = evs[:0]
-		if needed > len(e.decVals) {
-			e.decVals = make([]value, max(needed, 2*len(e.decVals), 1024))
+		a.decEv = evs[:0]
+		if needed > len(a.decVals) {
+			a.decVals = make([]value, max(needed, 2*len(a.decVals), 1024))
 		}
 		s = &KeyState{cols: cols, events: evs}
 	}
@@ -882,11 +865,11 @@ func (a *applyCtx) newState(kept []event, same int) (*KeyState, error) {
 	if len(a.reuse.offs) > 0 {
 		reuse = &a.reuse
 	}
-	buf, err := appendStateReusing(a.s.encBuf[:0], a.p.names, kept, &a.s.strBuf, reuse, same)
+	buf, err := appendStateReusing(a.encBuf[:0], a.p.names, kept, &a.strBuf, reuse, same)
 	if err != nil {
 		return nil, err
 	}
-	a.s.encBuf = buf
+	a.encBuf = buf
 	if len(a.states) == 0 {
 		a.states = make([]KeyState, 256) // one allocation for many keys
 	}
