@@ -498,7 +498,7 @@ func (h *cdcHandler) refresh(ctx context.Context, out *cdc.Output, now time.Time
 	for _, k := range out.Upserts.Keys {
 		add(k)
 	}
-	eng, err := cdc.New(h.cfg, overlay{base: pendingStore{h.target}, out: out})
+	eng, err := cdc.New(h.cfg, layered{base: pendingStore{h.target}, top: []*pendingOutput{newPendingOutput(out)}})
 	if err != nil {
 		return nil, err
 	}
@@ -508,38 +508,6 @@ func (h *cdcHandler) refresh(ctx context.Context, out *cdc.Output, now time.Time
 	}
 	h.r.log.Info("truncate under ignore-null: rows rewritten", "flow", h.flow.Name, "keys", len(keys))
 	return mergeOutputs(out, again), nil
-}
-
-// overlay is a state store showing an uncommitted Output over a committed one.
-type overlay struct {
-	base cdc.StateStore
-	out  *cdc.Output
-}
-
-func (o overlay) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
-	m, err := o.base.Get(ctx, keys)
-	if err != nil {
-		return nil, err
-	}
-	res := make(map[string]*cdc.KeyState, len(m))
-	for k, v := range m {
-		res[k] = v
-	}
-	for _, kc := range o.out.States {
-		if kc.State == nil {
-			delete(res, kc.Key)
-		} else {
-			res[kc.Key] = kc.State
-		}
-	}
-	return res, nil
-}
-
-func (o overlay) Table(ctx context.Context) (cdc.TableState, error) {
-	if o.out.Table != nil {
-		return *o.out.Table, nil
-	}
-	return o.base.Table(ctx)
 }
 
 // mergeOutputs returns a followed by b as one Output: where both touch an

@@ -159,14 +159,28 @@ func (t *cdcTarget) exclusive(ctx context.Context, fn func() error) error {
 type pendingStore struct{ t *cdcTarget }
 
 func (s pendingStore) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
-	pending := s.t.pending
-	m, err := s.t.cache.Get(ctx, keys)
-	if err != nil || len(pending) == 0 {
+	return layered{base: s.t.cache, top: s.t.pending}.Get(ctx, keys)
+}
+
+func (s pendingStore) Table(ctx context.Context) (cdc.TableState, error) {
+	return layered{base: s.t.cache, top: s.t.pending}.Table(ctx)
+}
+
+// layered is a state store showing outputs not committed yet, the newest
+// last, over a base store.
+type layered struct {
+	base cdc.StateStore
+	top  []*pendingOutput
+}
+
+func (l layered) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
+	m, err := l.base.Get(ctx, keys) // a map of its own, as every store returns
+	if err != nil || len(l.top) == 0 {
 		return m, err
 	}
 	for _, k := range keys {
-		for i := len(pending) - 1; i >= 0; i-- {
-			if st, ok := pending[i].states[k]; ok {
+		for i := len(l.top) - 1; i >= 0; i-- {
+			if st, ok := l.top[i].states[k]; ok {
 				if st == nil {
 					delete(m, k)
 				} else {
@@ -179,11 +193,11 @@ func (s pendingStore) Get(ctx context.Context, keys []string) (map[string]*cdc.K
 	return m, nil
 }
 
-func (s pendingStore) Table(ctx context.Context) (cdc.TableState, error) {
-	for i := len(s.t.pending) - 1; i >= 0; i-- {
-		if ts := s.t.pending[i].table; ts != nil {
+func (l layered) Table(ctx context.Context) (cdc.TableState, error) {
+	for i := len(l.top) - 1; i >= 0; i-- {
+		if ts := l.top[i].table; ts != nil {
 			return *ts, nil
 		}
 	}
-	return s.t.cache.Table(ctx)
+	return l.base.Table(ctx)
 }

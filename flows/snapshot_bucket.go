@@ -265,7 +265,7 @@ func (a *snapshotApply) write(ctx context.Context, ld sinks.Load) (int64, error)
 		}
 		if out.Table != nil {
 			// The buckets apply under the barrier this load sets.
-			if eng, err = cdc.New(a.cfg, tableOverlay{base: store, table: *out.Table}); err != nil {
+			if eng, err = cdc.New(a.cfg, layered{base: store, top: []*pendingOutput{{table: out.Table}}}); err != nil {
 				return 0, err
 			}
 		}
@@ -372,17 +372,3 @@ func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (cdc.Input, er
 	}
 	return in, nil
 }
-
-// tableOverlay is a state store that shows a table state not committed yet
-// (the truncate barrier of the load being staged) over the committed key
-// states.
-type tableOverlay struct {
-	base  cdc.StateStore
-	table cdc.TableState
-}
-
-func (o tableOverlay) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
-	return o.base.Get(ctx, keys)
-}
-
-func (o tableOverlay) Table(context.Context) (cdc.TableState, error) { return o.table, nil }
