@@ -216,7 +216,7 @@ func (r *runner) execute(ctx context.Context) error {
 			case f.Source.Files != nil:
 				run = r.runFilesFlow
 			}
-			if err := run(flowCtx, f, h); err != nil {
+			if err := run(flowCtx, f, h); err != nil && !r.stopped(flowCtx, err) {
 				mu.Lock()
 				errs = multierror.Append(errs, fmt.Errorf("flow %s: %w", f.Name, err))
 				mu.Unlock()
@@ -230,6 +230,14 @@ func (r *runner) execute(ctx context.Context) error {
 	cancel()
 	waitExpire()
 	return errs.ErrorOrNil()
+}
+
+// stopped reports whether err is only how a continuous run's flow noticed
+// that the run is stopping: whatever it was reading or writing when its
+// context ended failed with the cancellation. That is the stop, not an
+// error.
+func (r *runner) stopped(ctx context.Context, err error) bool {
+	return r.opts.Mode == ModeRun && ctx.Err() != nil && errors.Is(err, context.Canceled)
 }
 
 func sourceKind(f *spec.Flow) string {
