@@ -266,9 +266,8 @@ func (h *cdcHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*pre
 // apply runs the engine over a decoded batch and gives it the target's
 // next turn to load.
 func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLetter) (*prepared, error) {
-	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
-		h.r.stampDeadLetters(h.flow, dls)
-		return nil, failOnDeadLetter(dls)
+	if err := h.r.onErrorFail(h.flow, dls); err != nil {
+		return nil, err
 	}
 	if err := h.target.takeAhead(ctx); err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"github.com/sluicehq/sluice/cdc"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
-	"github.com/sluicehq/sluice/flows/spec"
 )
 
 // The batches of a CDC flow's partitions load one after the other (see
@@ -69,9 +68,8 @@ func (h *cdcHandler) seal(jl *joinedLoad) {
 // load leads it; the others wait for its outcome, which is theirs.
 func (kf *kafkaFlow) processJoined(ctx context.Context, h *cdcHandler, rb *consumer.RecordBatch) error {
 	in, dls := h.decode(rb)
-	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
-		h.r.stampDeadLetters(h.flow, dls)
-		return failOnDeadLetter(dls)
+	if err := h.r.onErrorFail(h.flow, dls); err != nil {
+		return err
 	}
 	b := &joinedBatch{rb: rb, in: in, dls: dls, done: make(chan struct{})}
 	jl, lead := h.join(b)

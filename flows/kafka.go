@@ -234,8 +234,14 @@ func (r *runner) stampDeadLetters(f *spec.Flow, dls []batch.DeadLetter) {
 	}
 }
 
-// failOnDeadLetter returns the on_error: fail error for the first dead letter.
-func failOnDeadLetter(dls []batch.DeadLetter) error {
+// onErrorFail returns, when the flow says on_error: fail and dls holds a
+// dead letter, the error that stops it (the dead letters stamped); else
+// nil.
+func (r *runner) onErrorFail(f *spec.Flow, dls []batch.DeadLetter) error {
+	if len(dls) == 0 || f.OnError != spec.OnErrorFail {
+		return nil
+	}
+	r.stampDeadLetters(f, dls)
 	d := dls[0]
 	return fmt.Errorf("record %s %s: %s (%s); on_error: fail, nothing of the batch committed",
 		d.Source, d.Position, d.Error, d.Reason)
@@ -271,8 +277,8 @@ func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*p
 	dls := dec.DecodeAll(rb.Records, out, nil)
 	h.pool.Put(dec)
 	h.r.stampDeadLetters(h.flow, dls)
-	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
-		return nil, failOnDeadLetter(dls)
+	if err := h.r.onErrorFail(h.flow, dls); err != nil {
+		return nil, err
 	}
 	return h.appendRows(out, dls)
 }
@@ -281,8 +287,8 @@ func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*p
 func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*prepared, error) {
 	dls := ch.DeadLetters
 	h.r.stampDeadLetters(h.flow, dls)
-	if len(dls) > 0 && h.flow.OnError == spec.OnErrorFail {
-		return nil, failOnDeadLetter(dls)
+	if err := h.r.onErrorFail(h.flow, dls); err != nil {
+		return nil, err
 	}
 	return h.appendRows(ch.Batch, dls)
 }
