@@ -544,9 +544,7 @@ func mergeOutputs(a, b *cdc.Output) *cdc.Output {
 		}
 		out := cdc.Rows{Batch: batch.New(x.Batch.Schema, x.Len()+y.Len())}
 		for _, r := range []cdc.Rows{x, y} {
-			for i := range r.Keys {
-				out.Batch.AppendRow(r.Batch, i)
-			}
+			out.Batch.AppendBatch(r.Batch)
 			out.Keys = append(out.Keys, r.Keys...)
 			out.Seqs = append(out.Seqs, r.Seqs...)
 		}
