@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,55 +74,22 @@ type cdcChanges struct {
 	scd2     bool
 	trunc    string
 	hasTrunc bool
-	removed  map[ident]struct{}
 	up       *batch.Batch // the table's columns
 	upKeys   []string
 	upSeqs   []string
-	upRows   []int              // the rows of up that count: the last upsert of each identity
-	upserted map[ident]struct{} // SCD type 2 only (the split's history rewrites read it)
-	// gone holds the identities of the rows the load removes or replaces
-	// (the key for SCD type 1, else idKey): one string lookup per row of a
-	// file being rewritten.
-	gone map[string]struct{}
-}
-
-// isGone reports whether the load removes or replaces the row of identity
-// (key, seq); buf is scratch for the SCD type 2 encoding.
-func (c *cdcChanges) isGone(buf *[]byte, key, seq string) bool {
-	if !c.scd2 {
-		_, ok := c.gone[key]
-		return ok
-	}
-	*buf = c.idKey((*buf)[:0], key, seq)
-	_, ok := c.gone[string(*buf)]
-	return ok
-}
-
-// idKey appends the encoding of an identity to buf: the key's length, the
-// key, and for SCD type 2 the sequence.
-func (c *cdcChanges) idKey(buf []byte, key, seq string) []byte {
-	buf = binary.AppendUvarint(buf, uint64(len(key)))
-	buf = append(buf, key...)
-	if c.scd2 {
-		buf = append(buf, seq...)
-	}
-	return buf
-}
-
-func (c *cdcChanges) id(key, seq string) ident {
-	if c.scd2 {
-		return ident{key, seq}
-	}
-	return ident{key: key}
+	upRows   []int // the rows of up that count, ascending: the last upsert of each identity
+	// gone holds the identities of the rows the load removes or replaces,
+	// distinct and in identity order (compareIdent; an SCD type 1
+	// identity is its key, with an empty sequence). Files keep their rows
+	// in that order too, so a rewrite finds them with a goneCursor by
+	// merging rather than one hash lookup per row.
+	gone []ident
 }
 
 // readChanges reads a load's staged changes of table (staged under the
 // load's id) as entry ce describes them, with the table's current columns.
 func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*cdcChanges, error) {
-	c := &cdcChanges{scd2: def.Kind == sinks.KindSCD2, removed: map[ident]struct{}{}, upserted: map[ident]struct{}{}}
-	if ce.Truncate != nil {
-		c.trunc, c.hasTrunc = string(ce.Truncate), true
-	}
+	var rmKeys, rmSeqs []string
 	if ce.Removes > 0 {
 		p, err := readPairs(s.lay.stagedRemoves(loadID, table))
 		if err != nil {
@@ -132,9 +98,7 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*c
 		if int64(p.len()) != ce.Removes {
 			return nil, fmt.Errorf("%s: %d removals, the ledger says %d", s.lay.stagedRemoves(loadID, table), p.len(), ce.Removes)
 		}
-		for i := range p.a {
-			c.removed[c.id(p.a[i], p.b[i])] = struct{}{}
-		}
+		rmKeys, rmSeqs = p.a, p.b
 	}
 	n := len(def.Schema.Columns)
 	ext := upsertSchema(def.Schema)
@@ -147,52 +111,114 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*c
 			return nil, fmt.Errorf("%s: %d upserts, the ledger says %d", s.lay.stagedUpserts(loadID, table), b.Len(), ce.Upserts)
 		}
 	}
+	c := newChanges(def.Kind == sinks.KindSCD2, rmKeys, rmSeqs, b.Vectors[n].Strs, b.Vectors[n+1].Strs)
 	c.up = &batch.Batch{Schema: def.Schema, Vectors: b.Vectors[:n]}
-	c.upKeys, c.upSeqs = b.Vectors[n].Strs, b.Vectors[n+1].Strs
-	if !c.scd2 {
-		c.scd1Upserts()
-		return c, nil
-	}
-	// Within a load the later upsert of an identity wins.
-	last := make(map[ident]int, len(c.upKeys))
-	for i := range c.upKeys {
-		last[c.id(c.upKeys[i], c.upSeqs[i])] = i
-	}
-	c.upRows = make([]int, 0, len(last))
-	for id, i := range last {
-		c.upRows = append(c.upRows, i)
-		c.upserted[id] = struct{}{}
-	}
-	slices.Sort(c.upRows)
-	c.gone = make(map[string]struct{}, len(c.removed)+len(c.upserted))
-	var buf []byte
-	for _, ids := range []map[ident]struct{}{c.removed, c.upserted} {
-		for id := range ids {
-			buf = c.idKey(buf[:0], id.key, id.seq)
-			c.gone[string(buf)] = struct{}{}
-		}
+	if ce.Truncate != nil {
+		c.trunc, c.hasTrunc = string(ce.Truncate), true
 	}
 	return c, nil
 }
 
-// scd1Upserts sets upRows and gone of SCD type 1 changes, whose identity
-// is the key alone: gone is keyed by the keys themselves (sharing their
-// bytes), and one map finds the last upsert of each key.
-func (c *cdcChanges) scd1Upserts() {
-	last := make(map[string]int, len(c.upKeys))
-	for i, k := range c.upKeys {
-		last[k] = i // within a load the later upsert of a key wins
-	}
-	c.upRows = make([]int, 0, len(last))
-	c.gone = make(map[string]struct{}, len(c.removed)+len(last))
-	for k, i := range last {
+// newChanges returns the changes of removed identities rmKeys, rmSeqs and
+// upserts of identities upKeys, upSeqs (the rows of up, which the caller
+// sets): the later upsert of an identity wins.
+func newChanges(scd2 bool, rmKeys, rmSeqs, upKeys, upSeqs []string) *cdcChanges {
+	c := &cdcChanges{scd2: scd2, upKeys: upKeys, upSeqs: upSeqs}
+	ups := c.sortedIdents(upKeys, upSeqs)
+	c.upRows = make([]int, 0, len(ups))
+	upIDs := make([]ident, 0, len(ups))
+	for j, i := range ups {
+		// The rows of an identity are in row order: its last is the last.
+		if j+1 < len(ups) && c.compare(upKeys[ups[j+1]], upSeqs[ups[j+1]], upKeys[i], upSeqs[i]) == 0 {
+			continue
+		}
 		c.upRows = append(c.upRows, i)
-		c.gone[k] = struct{}{}
+		upIDs = append(upIDs, c.id(upKeys[i], upSeqs[i]))
 	}
 	slices.Sort(c.upRows)
-	for id := range c.removed {
-		c.gone[id.key] = struct{}{}
+	rms := c.sortedIdents(rmKeys, rmSeqs)
+	c.gone = make([]ident, 0, len(upIDs)+len(rms))
+	add := func(id ident) {
+		if n := len(c.gone); n == 0 || c.gone[n-1] != id {
+			c.gone = append(c.gone, id)
+		}
 	}
+	// Merge the two ordered lists, dropping repeats.
+	j := 0
+	for _, r := range rms {
+		rid := c.id(rmKeys[r], rmSeqs[r])
+		for j < len(upIDs) && compareIdent(upIDs[j].key, upIDs[j].seq, rid.key, rid.seq) < 0 {
+			add(upIDs[j])
+			j++
+		}
+		add(rid)
+	}
+	for ; j < len(upIDs); j++ {
+		add(upIDs[j])
+	}
+	return c
+}
+
+// id returns the identity of a row: for SCD type 1 its key alone.
+func (c *cdcChanges) id(key, seq string) ident {
+	if c.scd2 {
+		return ident{key, seq}
+	}
+	return ident{key: key}
+}
+
+// compare orders two rows by identity.
+func (c *cdcChanges) compare(k1, s1, k2, s2 string) int {
+	if !c.scd2 {
+		return strings.Compare(k1, k2)
+	}
+	return compareIdent(k1, s1, k2, s2)
+}
+
+// sortedIdents returns the indexes of identities keys, seqs in identity
+// order, equal ones in index order. The engine stages its rows in that
+// order already: then it only checks.
+func (c *cdcChanges) sortedIdents(keys, seqs []string) []int {
+	order := make([]int, len(keys))
+	sorted := true
+	for i := range order {
+		order[i] = i
+		if i > 0 && c.compare(keys[i-1], seqs[i-1], keys[i], seqs[i]) > 0 {
+			sorted = false
+		}
+	}
+	if !sorted {
+		slices.SortStableFunc(order, func(a, b int) int { return c.compare(keys[a], seqs[a], keys[b], seqs[b]) })
+	}
+	return order
+}
+
+// goneCursor finds the rows a load removes or replaces among a file's
+// rows, read in order: gone is the changes' identities of the file's
+// bucket, in identity order. A file's rows are in identity order (every
+// file this package writes is), so finding them all costs one pass over
+// both; a row out of order is looked up by binary search instead.
+type goneCursor struct {
+	gone          []ident
+	scd2          bool
+	i             int
+	prev, prevSeq string
+	started       bool
+}
+
+// has reports whether the row of identity (key, seq) is gone.
+func (g *goneCursor) has(key, seq string) bool {
+	if !g.scd2 {
+		seq = ""
+	}
+	if g.started && compareIdent(key, seq, g.prev, g.prevSeq) < 0 {
+		g.i, _ = slices.BinarySearchFunc(g.gone, ident{key, seq}, func(a, b ident) int { return compareIdent(a.key, a.seq, b.key, b.seq) })
+	}
+	g.prev, g.prevSeq, g.started = key, seq, true
+	for g.i < len(g.gone) && compareIdent(g.gone[g.i].key, g.gone[g.i].seq, key, seq) < 0 {
+		g.i++
+	}
+	return g.i < len(g.gone) && g.gone[g.i].key == key && g.gone[g.i].seq == seq
 }
 
 // upsertSchema is the schema of a load's staged upserts: the table's
@@ -251,9 +277,10 @@ type planner struct {
 	n, newN int
 	part    *partitioner
 	// endAt is the column of __END_AT when the target's files are split
-	// into current and history (scd2.go), else -1; goneBy holds then the
-	// identities the changes remove or replace, by current bucket.
-	endAt  int
+	// into current and history (scd2.go), else -1.
+	endAt int
+	// goneBy holds the identities the changes remove or replace by
+	// current bucket, each in identity order.
 	goneBy map[int][]ident
 	mu     sync.Mutex      // guards dirs: groups are rewritten concurrently
 	dirs   map[string]bool // folders made under out
@@ -351,17 +378,11 @@ func (p *planner) run(ctx context.Context) error {
 		}
 		targets[k] = append(targets[k], r)
 	}
-	for id := range ch.removed {
-		touched[bucketOf(bucketHash(id.key), p.n)] = true
-	}
-	if p.endAt >= 0 && !rebucket {
-		p.goneBy = map[int][]ident{}
-		for _, ids := range []map[ident]struct{}{ch.removed, ch.upserted} {
-			for id := range ids {
-				b := bucketOf(bucketHash(id.key), p.n)
-				p.goneBy[b] = append(p.goneBy[b], id)
-			}
-		}
+	p.goneBy = map[int][]ident{}
+	for _, id := range ch.gone {
+		b := bucketOf(bucketHash(id.key), p.n)
+		touched[b] = true
+		p.goneBy[b] = append(p.goneBy[b], id) // in identity order, as ch.gone
 	}
 
 	// The current files by output file (one per bucket and folder; kept
@@ -487,7 +508,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			return kept{}, fmt.Errorf("%s: %d identities for %d rows", f.Name, ids.len(), f.Rows)
 		}
 		keep := make([]int, 0, ids.len())
-		var buf []byte
+		gone := goneCursor{gone: p.goneBy[k.bucket], scd2: ch.scd2}
 		for i := range ids.a {
 			key, seq := ids.a[i], ids.b[i]
 			if cur != nil {
@@ -498,7 +519,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			if ch.hasTrunc && seq < ch.trunc {
 				continue
 			}
-			if ch.isGone(&buf, key, seq) {
+			if gone.has(key, seq) {
 				continue
 			}
 			keep = append(keep, i)

@@ -2,6 +2,7 @@ package local
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,49 +54,62 @@ func TestPairsPresized(t *testing.T) {
 	}
 }
 
-// TestIsGone checks the lookup of removed and replaced identities: by key
-// for SCD type 1, by key and sequence for SCD type 2.
-func TestIsGone(t *testing.T) {
+// TestGoneCursor checks the lookup of removed and replaced identities: by
+// key for SCD type 1, by key and sequence for SCD type 2; for rows in
+// identity order and out of it.
+func TestGoneCursor(t *testing.T) {
 	mk := func(scd2 bool) *cdcChanges {
-		c := &cdcChanges{scd2: scd2, removed: map[ident]struct{}{}, upserted: map[ident]struct{}{}}
-		c.removed[c.id("r", "1")] = struct{}{}
-		c.upKeys, c.upSeqs = []string{"u", "u", "v"}, []string{"2", "3", "4"}
-		if !scd2 {
-			c.scd1Upserts()
-			return c
-		}
-		c.gone = map[string]struct{}{}
-		var buf []byte
-		for _, id := range []ident{{"r", "1"}, {"u", "2"}, {"u", "3"}, {"v", "4"}} {
-			buf = c.idKey(buf[:0], id.key, id.seq)
-			c.gone[string(buf)] = struct{}{}
-		}
-		return c
+		// Removals and upserts out of order, a key removed and upserted, an
+		// identity upserted twice.
+		return newChanges(scd2, []string{"r", "u"}, []string{"1", "3"},
+			[]string{"v", "u", "u", "v"}, []string{"4", "2", "3", "4"})
 	}
-	for _, tc := range []struct {
-		name     string
-		scd2     bool
+	type row struct {
 		key, seq string
 		want     bool
+	}
+	for _, tc := range []struct {
+		name string
+		scd2 bool
+		rows []row
 	}{
-		{"scd1 removed, any sequence", false, "r", "9", true},
-		{"scd1 upserted", false, "u", "0", true},
-		{"scd1 untouched", false, "w", "1", false},
-		{"scd1 key prefix", false, "", "u", false},
-		{"scd2 removed version", true, "r", "1", true},
-		{"scd2 other version", true, "r", "2", false},
-		{"scd2 upserted version", true, "u", "3", true},
-		{"scd2 untouched", true, "w", "1", false},
+		{"scd1", false, []row{{"", "u", false}, {"q", "1", false}, {"r", "9", true}, {"u", "0", true}, {"v", "1", true}, {"w", "1", false}}},
+		{"scd2", true, []row{{"r", "1", true}, {"r", "2", false}, {"u", "1", false}, {"u", "2", true}, {"u", "3", true}, {"v", "3", false}, {"v", "4", true}, {"w", "1", false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var buf []byte
-			if got := mk(tc.scd2).isGone(&buf, tc.key, tc.seq); got != tc.want {
-				t.Fatalf("isGone(%q, %q) = %v, want %v", tc.key, tc.seq, got, tc.want)
+			c := mk(tc.scd2)
+			check := func(order []int) {
+				g := goneCursor{gone: c.gone, scd2: tc.scd2}
+				for _, i := range order {
+					r := tc.rows[i]
+					if got := g.has(r.key, r.seq); got != r.want {
+						t.Fatalf("order %v: has(%q, %q) = %v, want %v", order, r.key, r.seq, got, r.want)
+					}
+				}
 			}
+			inOrder := make([]int, len(tc.rows))
+			for i := range inOrder {
+				inOrder[i] = i
+			}
+			check(inOrder)
+			reversed := slices.Clone(inOrder)
+			slices.Reverse(reversed)
+			check(reversed)
+			check([]int{3, 0, 4, 1, 5, 2})
 		})
 	}
 	c := mk(false)
-	if len(c.upRows) != 2 || c.upRows[0] != 1 || c.upRows[1] != 2 {
-		t.Fatalf("SCD type 1 rows that count: %v, want [1 2] (the last upsert of each key)", c.upRows)
+	if want := []ident{{key: "r"}, {key: "u"}, {key: "v"}}; !slices.Equal(c.gone, want) {
+		t.Fatalf("SCD type 1 gone %v, want %v", c.gone, want)
+	}
+	if want := []int{2, 3}; !slices.Equal(c.upRows, want) {
+		t.Fatalf("SCD type 1 rows that count: %v, want %v (the last upsert of each key)", c.upRows, want)
+	}
+	c = mk(true)
+	if want := []ident{{"r", "1"}, {"u", "2"}, {"u", "3"}, {"v", "4"}}; !slices.Equal(c.gone, want) {
+		t.Fatalf("SCD type 2 gone %v, want %v", c.gone, want)
+	}
+	if want := []int{1, 2, 3}; !slices.Equal(c.upRows, want) {
+		t.Fatalf("SCD type 2 rows that count: %v, want %v (the last upsert of each identity)", c.upRows, want)
 	}
 }
