@@ -99,9 +99,13 @@
 // load the truncate applies first, then removals, then upserts (the last
 // upsert of an identity wins), whatever the call order.
 //
-// Hidden state lives in state.db (go.etcd.io/bbolt): bucket "keys" holds the
-// key states, bucket "meta" the table state ("table") and "through", the seq
-// of the last load whose states it holds.
+// Hidden state lives in state.db (go.etcd.io/bbolt): bucket "chunks" holds the
+// key states in chunks of about 32 KiB, each the states of a run of keys in
+// key order stored under its first key (a load rewrites the chunks its keys
+// fall in; statechunks.go), bucket "meta" the table state ("table") and
+// "through", the seq of the last load whose states it holds. A file made
+// before chunks holds one state per key in bucket "keys": readers read it,
+// and the first load applied moves it into chunks.
 //
 // # The commit protocol
 //

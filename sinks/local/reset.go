@@ -149,10 +149,12 @@ func (s *Sink) resetTable(table string, seq int64) error {
 		if readThrough(tx) >= seq {
 			return nil
 		}
-		if err := tx.DeleteBucket(stateKeys); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
-			return err
+		for _, b := range [][]byte{stateKeys, stateChunks} {
+			if err := tx.DeleteBucket(b); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+				return err
+			}
 		}
-		if _, err := tx.CreateBucket(stateKeys); err != nil {
+		if _, err := tx.CreateBucket(stateChunks); err != nil {
 			return err
 		}
 		meta, err := tx.CreateBucketIfNotExists(stateMeta)

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -17,8 +16,9 @@ import (
 )
 
 // The hidden state of a CDC target lives in a bbolt file,
-// _sluice/tables/<table>/state.db: bucket "keys" maps each key to its state,
-// bucket "meta" holds the table's own state ("table") and "through", the
+// _sluice/tables/<table>/state.db: bucket "chunks" holds the key states
+// (statechunks.go; bucket "keys", one state per key, in files made before
+// chunks), bucket "meta" holds the table's own state ("table") and "through", the
 // ledger seq of the last load whose states it holds. Publishing a load
 // applies its staged states in one bbolt transaction that also sets
 // "through", only when "through" is below the load's seq: so it is
@@ -83,7 +83,7 @@ func (s *Sink) createState(table string) error {
 		return fmt.Errorf("state of %s: %w", table, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		if _, err := tx.CreateBucketIfNotExists(stateKeys); err != nil {
+		if _, err := tx.CreateBucketIfNotExists(stateChunks); err != nil {
 			return err
 		}
 		_, err := tx.CreateBucketIfNotExists(stateMeta)
@@ -114,48 +114,38 @@ func readThrough(tx *bolt.Tx) int64 {
 // applyStates applies a load's staged states (a pairs file: key, value or
 // absent) to db unless it holds them already. Later entries of a key win.
 func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
-	var p *pairs
 	applied := false
 	err := db.Update(func(tx *bolt.Tx) error {
 		if readThrough(tx) >= seq {
 			return nil
 		}
-		if p == nil {
-			var err error
-			if p, err = readPairs(staged); err != nil {
-				return err
-			}
-		}
-		keys, err := tx.CreateBucketIfNotExists(stateKeys)
+		p, err := readPairs(staged)
 		if err != nil {
 			return err
 		}
-		keys.FillPercent = stateFillPercent
 		meta, err := tx.CreateBucketIfNotExists(stateMeta)
 		if err != nil {
 			return err
 		}
-		// In key order (bbolt writes sorted keys fastest), the last entry
-		// of each key.
-		order := make([]int, p.len())
-		for i := range order {
-			order[i] = i
+		ents, table, hasTable := sortedStates(p)
+		if ents, err = migrateKeys(tx, ents); err != nil {
+			return err
 		}
-		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(p.a[a], p.a[b]) })
-		for j, i := range order {
-			if j+1 < len(order) && p.a[order[j+1]] == p.a[i] {
-				continue
-			}
-			// bbolt keeps the slices until the transaction ends and never
-			// writes them: they share p's bytes rather than copy them.
-			b, name := keys, strBytes(p.a[i])
-			if p.a[i] == "" {
-				b, name = meta, stateTable
-			}
-			if p.absent != nil && p.absent[i] {
-				err = b.Delete(name)
+		chunks, err := tx.CreateBucketIfNotExists(stateChunks)
+		if err != nil {
+			return err
+		}
+		chunks.FillPercent = stateFillPercent
+		if err := putStates(chunks, ents); err != nil {
+			return err
+		}
+		if hasTable {
+			// bbolt keeps the slice until the transaction ends and never
+			// writes it: it shares p's bytes rather than copy them.
+			if table.del {
+				err = meta.Delete(stateTable)
 			} else {
-				err = b.Put(name, strBytes(p.b[i]))
+				err = meta.Put(stateTable, strBytes(table.v))
 			}
 			if err != nil {
 				return err
@@ -167,6 +157,42 @@ func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
 		return meta.Put(stateThrough, through[:])
 	})
 	return applied, err
+}
+
+// migrateKeys moves the states of a state file made before chunks (one
+// per key, in bucket "keys") into ents, which win over them, and removes
+// the bucket; ents is returned as it is when there is none.
+func migrateKeys(tx *bolt.Tx, ents []stateKV) ([]stateKV, error) {
+	kb := tx.Bucket(stateKeys)
+	if kb == nil {
+		return ents, nil
+	}
+	var old []stateKV
+	c := kb.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		// The strings share the file's memory: mergeChunks copies them
+		// before the bucket's pages can be reused, at commit.
+		old = append(old, stateKV{k: bytesStr(k), v: bytesStr(v)})
+	}
+	merged := make([]stateKV, 0, len(old)+len(ents))
+	i, j := 0, 0
+	for i < len(old) || j < len(ents) {
+		switch {
+		case j == len(ents) || (i < len(old) && old[i].k < ents[j].k):
+			merged = append(merged, old[i])
+			i++
+		default:
+			if i < len(old) && old[i].k == ents[j].k {
+				i++
+			}
+			merged = append(merged, ents[j])
+			j++
+		}
+	}
+	if err := tx.DeleteBucket(stateKeys); err != nil {
+		return nil, err
+	}
+	return merged, nil
 }
 
 var _ sinks.StateReader = (*Sink)(nil)
@@ -247,24 +273,39 @@ func (s *Sink) readStates(table string, keys []string) (map[string][]byte, int64
 	var through int64
 	err = db.View(func(tx *bolt.Tx) error {
 		through = readThrough(tx)
-		kb, meta := tx.Bucket(stateKeys), tx.Bucket(stateMeta)
-		// Sorted keys walk the tree in order: each page is read once.
-		sorted := slices.Clone(keys)
-		slices.Sort(sorted)
-		sorted = slices.Compact(sorted)
-		for _, k := range sorted {
-			var v []byte
-			switch {
-			case k == "" && meta != nil:
-				v = meta.Get(stateTable)
-			case k != "" && kb != nil:
-				v = kb.Get(strBytes(k))
-			}
-			if v != nil {
-				out[k] = slices.Clone(v)
-			}
-		}
-		return nil
+		return statesIn(tx, keys, out)
 	})
 	return out, through, err
+}
+
+// statesIn adds to out the states of keys that have one, read in tx.
+func statesIn(tx *bolt.Tx, keys []string, out map[string][]byte) error {
+	kb, cb, meta := tx.Bucket(stateKeys), tx.Bucket(stateChunks), tx.Bucket(stateMeta)
+	var chunks *chunkReader
+	if cb != nil {
+		chunks = &chunkReader{c: cb.Cursor()}
+	}
+	// Sorted keys walk the chunks in order: each is decoded once.
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	for _, k := range sorted {
+		var v []byte
+		var err error
+		switch {
+		case k == "" && meta != nil:
+			v = meta.Get(stateTable)
+		case k != "" && chunks != nil:
+			v, err = chunks.get(k)
+		case k != "" && kb != nil: // a file made before chunks
+			v = kb.Get(strBytes(k))
+		}
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			out[k] = slices.Clone(v)
+		}
+	}
+	return nil
 }

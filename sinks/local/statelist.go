@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -31,7 +32,11 @@ func (s *Sink) StateKeys(ctx context.Context, table, after string, limit int) ([
 	defer db.Close()
 	var out []string
 	err = db.View(func(tx *bolt.Tx) error {
-		kb := tx.Bucket(stateKeys)
+		if cb := tx.Bucket(stateChunks); cb != nil {
+			out, err = chunkKeys(cb, after, limit)
+			return err
+		}
+		kb := tx.Bucket(stateKeys) // a file made before chunks
 		if kb == nil {
 			return nil
 		}
@@ -47,6 +52,44 @@ func (s *Sink) StateKeys(ctx context.Context, table, after string, limit int) ([
 	})
 	if err != nil {
 		return nil, fmt.Errorf("local: state keys of %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// chunkKeys returns up to limit keys of the chunks of b that follow after
+// ("" for the first), in key order.
+func chunkKeys(b *bolt.Bucket, after string, limit int) ([]string, error) {
+	var out []string
+	c := b.Cursor()
+	var k, v []byte
+	if after == "" {
+		k, v = c.First()
+	} else {
+		// The chunk after belongs to, or the first when it is below them.
+		k, v = c.Seek([]byte(after))
+		switch {
+		case k == nil:
+			k, v = c.Last()
+		case !bytes.Equal(k, []byte(after)):
+			if k, v = c.Prev(); k == nil {
+				k, v = c.First()
+			}
+		}
+	}
+	var states []stateKV
+	for ; k != nil && len(out) < limit; k, v = c.Next() {
+		var err error
+		if states, err = decodeChunk(v, states[:0]); err != nil {
+			return nil, err
+		}
+		for _, e := range states {
+			if len(out) == limit {
+				break
+			}
+			if after == "" || e.k > after {
+				out = append(out, strings.Clone(e.k))
+			}
+		}
 	}
 	return out, nil
 }
