@@ -378,10 +378,25 @@ func (p *planner) run(ctx context.Context) error {
 		}
 		targets[k] = append(targets[k], r)
 	}
-	p.goneBy = map[int][]ident{}
-	for _, id := range ch.gone {
+	// goneBy: each bucket's part of ch.gone, in one backing array.
+	goneB := make([]int32, len(ch.gone))
+	counts := make([]int, p.n)
+	for i, id := range ch.gone {
 		b := bucketOf(bucketHash(id.key), p.n)
-		touched[b] = true
+		goneB[i] = int32(b)
+		counts[b]++
+	}
+	p.goneBy = make(map[int][]ident, p.n)
+	backing := make([]ident, 0, len(ch.gone))
+	for b, c := range counts {
+		if c > 0 {
+			touched[b] = true
+			p.goneBy[b] = backing[len(backing) : len(backing) : len(backing)+c]
+			backing = backing[:len(backing)+c]
+		}
+	}
+	for i, id := range ch.gone {
+		b := int(goneB[i])
 		p.goneBy[b] = append(p.goneBy[b], id) // in identity order, as ch.gone
 	}
 

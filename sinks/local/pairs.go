@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"sync"
 	"unsafe"
 )
 
@@ -35,12 +36,19 @@ type pairsWriter struct {
 	err error
 }
 
+// pairsBufs holds the write buffers of pairs files: a load writes one
+// file per output bucket file, and a buffer each would be most of what
+// it allocates.
+var pairsBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 256<<10) }}
+
 func createPairs(path string) (*pairsWriter, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	pw := &pairsWriter{f: f, w: bufio.NewWriterSize(f, 256<<10)}
+	w := pairsBufs.Get().(*bufio.Writer)
+	w.Reset(f)
+	pw := &pairsWriter{f: f, w: w}
 	pw.write([]byte(pairsMagic))
 	return pw, nil
 }
@@ -49,12 +57,20 @@ func (pw *pairsWriter) write(p []byte) {
 	if pw.err != nil {
 		return
 	}
+	if pw.w == nil {
+		pw.err = os.ErrClosed
+		return
+	}
 	pw.crc = crc32.Update(pw.crc, castagnoli, p)
 	_, pw.err = pw.w.Write(p)
 }
 
 func (pw *pairsWriter) writeString(s string) {
 	if pw.err != nil {
+		return
+	}
+	if pw.w == nil {
+		pw.err = os.ErrClosed
 		return
 	}
 	pw.crc = crc32.Update(pw.crc, castagnoli, strBytes(s))
@@ -106,11 +122,24 @@ func (pw *pairsWriter) close() (int64, error) {
 	if err := pw.f.Close(); pw.err == nil {
 		pw.err = err
 	}
+	pw.release()
 	return pw.n, pw.err
 }
 
 // discard closes the file unfinished.
-func (pw *pairsWriter) discard() { pw.f.Close() }
+func (pw *pairsWriter) discard() {
+	pw.f.Close()
+	pw.release()
+}
+
+// release returns the write buffer to the pool.
+func (pw *pairsWriter) release() {
+	if pw.w != nil {
+		pw.w.Reset(nil)
+		pairsBufs.Put(pw.w)
+		pw.w = nil
+	}
+}
 
 // pairs is a read pairs file. The strings share one allocation.
 type pairs struct {
