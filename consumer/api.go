@@ -95,6 +95,17 @@ type Handler interface {
 	Process(ctx context.Context, b *RecordBatch) error
 }
 
+// Busy is implemented by a Handler that can say when it cannot take a batch
+// yet (its pipeline is full). A batch whose MaxWait elapses while Busy
+// reports true is not handed over then: it keeps filling, up to MaxRows and
+// MaxBytes, and goes to Process as soon as Busy turns false (checked every
+// busyPoll). Handing it over earlier would only make it wait inside
+// Process, and larger batches mean fewer loads; how long a batch waits for
+// its load does not change.
+type Busy interface {
+	Busy() bool
+}
+
 // RecordBatch is a run of records of one partition, in offset order.
 type RecordBatch struct {
 	Topic      string

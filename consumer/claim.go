@@ -13,6 +13,10 @@ import (
 // whether records are still to come before its end offset (see tail.go).
 const probeTick = 100 * time.Millisecond
 
+// busyPoll is how often a batch held back by a Busy handler checks whether
+// the handler can take it.
+const busyPoll = 5 * time.Millisecond
+
 // claimLoop is the batching loop of one claim: one partition in one group
 // session.
 type claimLoop struct {
@@ -84,6 +88,11 @@ func (l *claimLoop) run() {
 			}
 		case <-l.waitC:
 			l.waitC = nil
+			if b, ok := l.r.h.(Busy); ok && b.Busy() {
+				l.wait.Reset(busyPoll) // keeps filling while the handler is busy
+				l.waitC = l.wait.C
+				continue
+			}
 			if !l.flush() {
 				return
 			}

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -499,4 +500,51 @@ func TestRebalanceExactlyOnce(t *testing.T) {
 	}
 	shared.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0, 2: 0}, want)
 	t.Logf("records %v; first member %d rows, second %d", want, a.rows.Load(), b.rows.Load())
+}
+
+// busyLedger is a fakeLedger whose Busy says what busy holds.
+type busyLedger struct {
+	*fakeLedger
+	busy atomic.Bool
+}
+
+func (l *busyLedger) Busy() bool { return l.busy.Load() }
+
+// TestBusyHandlerKeepsFilling checks that a batch whose MaxWait elapses
+// while the handler is busy is held back and keeps filling: it goes to
+// Process when it reaches MaxRows, or once the handler is no longer busy.
+func TestBusyHandlerKeepsFilling(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 1})
+	l := &busyLedger{fakeLedger: newFakeLedger()}
+	cfg := testConfig(t, addr, "t")
+	cfg.MaxWait = 50 * time.Millisecond
+	cfg.MaxRows = 30
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runConsume(ctx, cfg, l)
+
+	produceN(t, addr, "t", []int32{0}, 1, 10)
+	waitFor(t, 10*time.Second, "the first record", func() bool { return l.rowCount() == 1 })
+	l.busy.Store(true)
+	produceN(t, addr, "t", []int32{0}, 10, 10)
+	time.Sleep(10 * cfg.MaxWait)
+	if n := l.rowCount(); n != 1 {
+		t.Fatalf("%d rows processed while the handler was busy, want the batch held back", n)
+	}
+	// Busy or not, a full batch goes.
+	produceN(t, addr, "t", []int32{0}, 25, 10)
+	waitFor(t, 10*time.Second, "the full batch", func() bool { return l.rowCount() == 31 })
+	l.busy.Store(false)
+	waitFor(t, 10*time.Second, "the rest", func() bool { return l.rowCount() == 36 })
+	cancel()
+	if err := wait(t); err != nil {
+		t.Fatal(err)
+	}
+	var rows []int
+	for _, b := range l.batchList() {
+		rows = append(rows, b.Rows)
+	}
+	if !slices.Equal(rows, []int{1, 30, 5}) {
+		t.Fatalf("batches of %v rows, want [1 30 5]", rows)
+	}
 }

@@ -282,3 +282,29 @@ func TestCDCPipelinedLoads(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaFlowBusy checks what a Kafka flow tells its consumer: a CDC flow
+// is busy while its target has maxBatchesAhead batches applied and not
+// loaded, an append flow never.
+func TestKafkaFlowBusy(t *testing.T) {
+	target := &cdcTarget{ahead: make(chan struct{}, maxBatchesAhead)}
+	kf := &kafkaFlow{handler: &cdcHandler{target: target}}
+	for i := range maxBatchesAhead {
+		if kf.Busy() {
+			t.Fatalf("busy with %d batches ahead, want %d first", i, maxBatchesAhead)
+		}
+		if err := target.takeAhead(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !kf.Busy() {
+		t.Fatalf("not busy with %d batches ahead", maxBatchesAhead)
+	}
+	<-target.ahead
+	if kf.Busy() {
+		t.Fatal("still busy once a batch was loaded")
+	}
+	if (&kafkaFlow{handler: &appendHandler{}}).Busy() {
+		t.Fatal("an append flow is busy")
+	}
+}

@@ -106,6 +106,17 @@ func (kf *kafkaFlow) Positions(ctx context.Context, topic string, partitions []i
 	return out, nil
 }
 
+var _ consumer.Busy = (*kafkaFlow)(nil)
+
+// Busy reports whether a batch handed over now would wait for its place
+// ahead: a CDC target's batches applied and not yet loaded are at
+// maxBatchesAhead. The consumer keeps filling the partition's batch
+// meanwhile, so that the target gets fewer, larger loads.
+func (kf *kafkaFlow) Busy() bool {
+	h, ok := kf.handler.(*cdcHandler)
+	return ok && len(h.target.ahead) == cap(h.target.ahead)
+}
+
 // Process loads one batch and returns once its ledger row is written.
 func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) error {
 	if rb.From < 0 && len(rb.Records) > 0 {
