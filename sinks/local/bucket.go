@@ -794,24 +794,49 @@ func merged(segs []segment) []rowRef {
 		heads[i] = order
 		n += len(order)
 	}
-	out := make([]rowRef, 0, n)
-	for len(out) < n {
-		best := -1
-		for i, h := range heads {
-			if len(h) == 0 {
-				continue
-			}
-			if best < 0 {
-				best = i
-				continue
-			}
-			r, q := h[0], heads[best][0]
-			if compareIdent(segs[i].keys[r], segs[i].seqs[r], segs[best].keys[q], segs[best].seqs[q]) < 0 {
-				best = i
-			}
+	// A k-way merge: a binary heap of the segments by their next row
+	// (ties by segment, as the output of a stable merge).
+	less := func(i, j int) bool {
+		a, b := heads[i][0], heads[j][0]
+		if c := compareIdent(segs[i].keys[a], segs[i].seqs[a], segs[j].keys[b], segs[j].seqs[b]); c != 0 {
+			return c < 0
 		}
+		return i < j
+	}
+	h := make([]int, 0, len(segs))
+	for i := range segs {
+		if len(heads[i]) > 0 {
+			h = append(h, i)
+		}
+	}
+	down := func(at int) {
+		for {
+			l, m := 2*at+1, at
+			if l < len(h) && less(h[l], h[m]) {
+				m = l
+			}
+			if r := l + 1; r < len(h) && less(h[r], h[m]) {
+				m = r
+			}
+			if m == at {
+				return
+			}
+			h[at], h[m] = h[m], h[at]
+			at = m
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	out := make([]rowRef, 0, n)
+	for len(h) > 0 {
+		best := h[0]
 		out = append(out, rowRef{int32(best), heads[best][0]})
-		heads[best] = heads[best][1:]
+		if heads[best] = heads[best][1:]; len(heads[best]) == 0 {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		down(0)
 	}
 	return out
 }
