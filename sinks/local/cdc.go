@@ -323,8 +323,13 @@ func (l *load) closeCDC() {
 // each, its rows (a new version from the prepared plan when the table is
 // still at the version it was prepared on, else from a plan built now) when
 // the table's "through" is below the load, then its states when the state
-// file's "through" is. Runs under the lock.
-func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry) error {
+// file's "through" is; with async, the states are queued instead (once the
+// ones queued before are applied). Runs under the lock.
+func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry, async bool) error {
+	if err := s.applyQueued(table); err != nil {
+		return err
+	}
+	var jobs []stateJob
 	def, err := s.readTable(table)
 	if err != nil {
 		return err
@@ -376,6 +381,10 @@ func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry) err
 			s.log.Debug("published", "table", table, "load_id", e.LoadID, "dropped", len(plan.Drop), "added", len(plan.Add),
 				"buckets", plan.Buckets, "version", cur.Version)
 		}
+		if ce.States > 0 && async {
+			jobs = append(jobs, stateJob{seq: e.Seq, loadID: e.LoadID})
+			continue
+		}
 		if ce.States > 0 {
 			if db == nil {
 				if db, err = s.openState(table, false); err != nil {
@@ -402,6 +411,9 @@ func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry) err
 				}
 			}
 		}
+	}
+	if len(jobs) > 0 {
+		s.queueStates(table, jobs)
 	}
 	return nil
 }

@@ -518,6 +518,7 @@ func TestCDCCrash(t *testing.T) {
 			opts := testOpts(dir)
 			opts.BucketRows = 16
 			s1 := openTest(t, opts)
+			s1.syncStates = true // the crash points of the states are in the commit
 			if err := s1.Ensure(ctx, []sinks.Table{custTable}); err != nil {
 				t.Fatal(err)
 			}
@@ -539,7 +540,7 @@ func TestCDCCrash(t *testing.T) {
 				truncate: 1,
 				states:   []sinks.StateEntry{{Key: ck(1), Value: []byte("one@3")}, {Key: ck(2), Value: nil}, {Key: ck(500), Value: []byte("500")}},
 			}
-			s1.crash = crashAfter(tc.point, 1)
+			s1.setCrash(crashAfter(tc.point, 1))
 			if err := commitCDC(ctx, s1, custTable.Name, crashing); !errors.Is(err, errCrash) {
 				t.Fatalf("commit: %v, want the simulated crash", err)
 			}
@@ -623,7 +624,7 @@ func TestCDCPreparedOnStaleVersion(t *testing.T) {
 	// l2 prepares its files against version 1; before it takes the lock,
 	// l1 commits and publishes version 2.
 	done := false
-	s.crash = func(point string) bool {
+	s.setCrash(func(point string) bool {
 		if point == "staged" && !done {
 			done = true
 			if err := l1.Commit(ctx, sinks.Commit{}); err != nil {
@@ -631,7 +632,7 @@ func TestCDCPreparedOnStaleVersion(t *testing.T) {
 			}
 		}
 		return false
-	}
+	})
 	if err := l2.Commit(ctx, sinks.Commit{}); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestCrash(t *testing.T) {
 			}
 
 			// The load that crashes writes the target and dead letters.
-			s1.crash = crashAfter(tc.point, tc.nth)
+			s1.setCrash(crashAfter(tc.point, tc.nth))
 			ld, err := s1.Begin(ctx, sinks.LoadMeta{LoadID: "crashing", Pipeline: "p", Flow: "f", Targets: []string{"orders"}})
 			if err != nil {
 				t.Fatal(err)
@@ -142,7 +142,7 @@ func TestCommitPublishesWhatACrashLeft(t *testing.T) {
 	if err := s1.Ensure(ctx, []sinks.Table{ordersTable}); err != nil {
 		t.Fatal(err)
 	}
-	s1.crash = crashAfter("committed", 1)
+	s1.setCrash(crashAfter("committed", 1))
 	if _, err := commitOrders(ctx, s1, 0, -1, 0, 10); !errors.Is(err, errCrash) {
 		t.Fatalf("commit: %v, want the simulated crash", err)
 	}
@@ -232,7 +232,7 @@ func TestCompactionCrash(t *testing.T) {
 				}
 				from = int64(i*10 + 10)
 			}
-			s1.crash = crashAfter(point, 1)
+			s1.setCrash(crashAfter(point, 1))
 			if err := s1.Compact(ctx, "orders"); !errors.Is(err, errCrash) {
 				t.Fatalf("Compact: %v, want the simulated crash", err)
 			}

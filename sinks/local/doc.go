@@ -144,11 +144,16 @@
 //     files built now (under the lock) from the staged changes; with its
 //     .ids folder beside it. Then, after the swap, the load's states go to
 //     state.db in one transaction that sets "through" to the load's seq,
-//     unless "through" is already there.
+//     unless "through" is already there. A commit queues them instead: a
+//     goroutine of the Sink applies them once the lock is released, while
+//     the writer stages its next load, and whoever needs them first (the
+//     table's next publish, GetState, Recover, Reset) applies them under
+//     the lock (stateasync.go).
 //  7. It swaps the table: a new symlink in _sluice/tmp renamed over
 //     <path>/<table> (rename(2) is atomic: a reader sees the old version or
 //     the new), then fsyncs <path>.
-//  8. It removes the loads' staging folders, and version folders superseded
+//  8. It removes the loads' staging folders (one whose states are queued
+//     once they are applied), and version folders superseded
 //     for longer than Options.KeepVersions (a reader that resolved the
 //     symlink just before a swap still opens the old files; open files live
 //     on through their hard links), and releases the lock.

@@ -317,7 +317,7 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	if err == nil {
 		e.Seq = s.led.lastSeq() + 1
 		e.CommittedAt = time.Now().UTC().Truncate(time.Microsecond)
-		tear := s.crash != nil && s.crash("ledger-torn")
+		tear := s.crashes("ledger-torn")
 		err = s.led.append(e, tear)
 		if tear {
 			s.led.mu.Unlock()
@@ -329,7 +329,7 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	if err != nil {
 		l.discard()
 		// Holding the lock anyway: publish what others committed.
-		if perr := s.publishPending(ctx); perr != nil {
+		if perr := s.publishPending(ctx, false); perr != nil {
 			s.log.Warn("publishing committed loads failed", "err", perr)
 		}
 		return fmt.Errorf("local: commit %s of %s: %w", l.meta.LoadID, l.meta.Flow, err)
@@ -340,7 +340,7 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	l.finish()
 	// Past the commit point publishing runs to its end: a cancelled context
 	// would only leave the load for the next commit or Recover to publish.
-	if err := s.publishPending(context.WithoutCancel(ctx)); err != nil {
+	if err := s.publishPending(context.WithoutCancel(ctx), !s.syncStates); err != nil {
 		if errors.Is(err, errCrash) {
 			return err
 		}

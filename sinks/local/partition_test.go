@@ -150,7 +150,7 @@ func TestPartitionedCrash(t *testing.T) {
 	if _, err := commitOrders(ctx, s1, 0, -1, 0, 20); err != nil {
 		t.Fatal(err)
 	}
-	s1.crash = crashAfter("publish", 1)
+	s1.setCrash(crashAfter("publish", 1))
 	if _, err := commitOrders(ctx, s1, 0, 20, 20, 20); !errors.Is(err, errCrash) {
 		t.Fatalf("commit: %v, want the simulated crash", err)
 	}

@@ -207,8 +207,16 @@ func (s *Sink) installVersion(table string, m manifest, srcs map[string]string, 
 
 // publishPending publishes every committed load not yet in its tables, in
 // commit order, one new version per table for all of them, then removes
-// their staging folders. Runs under the lock after a ledger refresh.
-func (s *Sink) publishPending(ctx context.Context) error {
+// their staging folders. With async, the loads' key states are queued
+// (stateasync.go) rather than applied, and their staging folders stay until
+// they are; without, states queued earlier are applied first. Runs under
+// the lock after a ledger refresh.
+func (s *Sink) publishPending(ctx context.Context, async bool) error {
+	if !async {
+		if err := s.applyQueued(""); err != nil {
+			return err
+		}
+	}
 	s.led.mu.Lock()
 	pending := slices.Clone(s.led.since(s.pubd))
 	s.led.mu.Unlock()
@@ -260,7 +268,7 @@ func (s *Sink) publishPending(ctx context.Context) error {
 		}
 		var err error
 		if cdc[t] {
-			err = s.publishCDC(ctx, t, list)
+			err = s.publishCDC(ctx, t, list, async)
 		} else {
 			err = s.publishTable(t, list)
 		}
@@ -279,7 +287,7 @@ func (s *Sink) publishPending(ctx context.Context) error {
 		present[e.Name()] = true
 	}
 	for i := range pending {
-		if !present[fsName(pending[i].LoadID)] {
+		if !present[fsName(pending[i].LoadID)] || s.stagingQueued(pending[i].LoadID) {
 			continue
 		}
 		dir := s.lay.stagingDir(pending[i].LoadID)

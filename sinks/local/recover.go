@@ -45,7 +45,7 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 	// Check every committed load against its tables again, not only those
 	// after what this Sink published: another process may have died.
 	s.pubd = 0
-	if err := s.publishPending(ctx); err != nil {
+	if err := s.publishPending(ctx, false); err != nil {
 		return nil, fmt.Errorf("local: recover: %w", err)
 	}
 	if err := s.removeDeadStaging(); err != nil {

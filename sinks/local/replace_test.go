@@ -250,7 +250,7 @@ func TestReplaceCrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s1.crash = crashAfter(tc.point, tc.nth)
+			s1.setCrash(crashAfter(tc.point, tc.nth))
 			if err := ld.Commit(ctx, sinks.Commit{To: batch.Positions{{File: "crashing", Done: true}}}); !errors.Is(err, errCrash) {
 				t.Fatalf("Commit: %v, want the simulated crash", err)
 			}
@@ -311,7 +311,7 @@ func TestReplacePublishedTogether(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s1.crash = crashAfter("committed", 1)
+			s1.setCrash(crashAfter("committed", 1))
 			if err := ld.Commit(ctx, sinks.Commit{}); !errors.Is(err, errCrash) {
 				t.Fatalf("Commit: %v, want the simulated crash", err)
 			}
@@ -360,7 +360,7 @@ func TestReplaceCompactionRace(t *testing.T) {
 		}
 	}
 	raced := false
-	s1.crash = func(point string) bool {
+	s1.setCrash(func(point string) bool {
 		if point == "merged" && !raced {
 			raced = true
 			if err := commitDays(ctx, s2, tables, []int{1}, genRows(9, 1, 1)); err != nil {
@@ -368,7 +368,7 @@ func TestReplaceCompactionRace(t *testing.T) {
 			}
 		}
 		return false
-	}
+	})
 	before, err := s1.current(eventsTable.Name)
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func (s *Sink) Reset(ctx context.Context, tables, flows []string) error {
 	if err := s.crashAt("reset-committed"); err != nil {
 		return err
 	}
-	if err := s.publishPending(context.WithoutCancel(ctx)); err != nil {
+	if err := s.publishPending(context.WithoutCancel(ctx), false); err != nil {
 		return fmt.Errorf("local: reset is committed; emptying the tables failed (the next commit or Recover completes it): %w", err)
 	}
 	s.log.Info("reset", "tables", tables, "flows", flows)

@@ -14,7 +14,7 @@ func crashReset(point string, nth int) func(t *testing.T, s sinks.Sink, tables, 
 	return func(t *testing.T, s sinks.Sink, tables, flows []string) {
 		t.Helper()
 		ls := s.(*Sink)
-		ls.crash = crashAfter(point, nth)
+		ls.setCrash(crashAfter(point, nth))
 		if err := ls.Reset(context.Background(), tables, flows); !errors.Is(err, errCrash) {
 			t.Fatalf("Reset: %v, want the simulated crash at %s", err, point)
 		}

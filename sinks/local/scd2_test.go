@@ -407,7 +407,7 @@ func TestSCD2Crash(t *testing.T) {
 			if tc.late {
 				crashing.up = append(crashing.up, ver{k, "a", 10, 12}, ver{k, "late", 12, 20})
 			}
-			s1.crash = crashAfter(tc.point, 1)
+			s1.setCrash(crashAfter(tc.point, 1))
 			if err := commitVer(ctx, s1, crashing); !errors.Is(err, errCrash) {
 				t.Fatalf("commit: %v, want the simulated crash", err)
 			}

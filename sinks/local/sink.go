@@ -85,14 +85,26 @@ type Sink struct {
 	leaseMu sync.Mutex
 	leases  map[string]*lease // CDC targets whose lease this Sink holds
 
-	closed  atomic.Bool // refuse new work
-	closing atomic.Bool // Close ran
+	closed  atomic.Bool     // refuse new work
+	closing atomic.Bool     // Close ran
+	bg      context.Context // of the background goroutines; stop cancels it
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
-	// crash, when set (by tests), is asked at each step of the commit
-	// protocol whether the process dies there; see crashAt.
-	crash func(point string) bool
+	// Committed loads' states still to apply (stateasync.go): by table,
+	// in seq order, and the count of jobs by load; applying is set while
+	// the goroutine applying them runs.
+	statesMu    sync.Mutex
+	queued      map[string][]stateJob
+	queuedLoads map[string]int
+	applying    bool
+	// syncStates (tests) applies a load's states within its commit.
+	syncStates bool
+
+	// crash, when set (by tests, with setCrash), is asked at each step of
+	// the commit protocol whether the process dies there; see crashAt. It
+	// is read by the goroutine applying states too.
+	crash atomic.Pointer[func(point string) bool]
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -161,7 +173,7 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 	}
 	s.led = led
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s.stop = stop
+	s.bg, s.stop = bg, stop
 	if opts.CompactInterval > 0 {
 		s.wg.Add(1)
 		go s.compactLoop(bg)
@@ -174,6 +186,13 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 func (s *Sink) Close() error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
+	}
+	// States still queued are applied now rather than left to recovery.
+	if unlock, err := s.lock(context.Background()); err == nil {
+		if err := s.applyQueued(""); err != nil {
+			s.log.Warn("applying committed states failed; recovery applies them", "err", err)
+		}
+		unlock()
 	}
 	s.closed.Store(true)
 	s.stop()
@@ -200,12 +219,21 @@ var errCrash = errors.New("local: simulated crash")
 // Sink is killed as the kernel would: its locks are released and nothing is
 // cleaned up.
 func (s *Sink) crashAt(point string) error {
-	if s.crash == nil || !s.crash(point) {
+	if !s.crashes(point) {
 		return nil
 	}
 	s.kill()
 	return errCrash
 }
+
+// crashes asks the test hook whether the process dies at point.
+func (s *Sink) crashes(point string) bool {
+	f := s.crash.Load()
+	return f != nil && (*f)(point)
+}
+
+// setCrash sets the test hook.
+func (s *Sink) setCrash(f func(point string) bool) { s.crash.Store(&f) }
 
 func (s *Sink) kill() {
 	s.closed.Store(true)

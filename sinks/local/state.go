@@ -255,7 +255,7 @@ func (s *Sink) publishThrough(ctx context.Context, seq int64) error {
 		return err
 	}
 	s.pubd = min(s.pubd, seq-1)
-	return s.publishPending(context.WithoutCancel(ctx))
+	return s.publishPending(context.WithoutCancel(ctx), false)
 }
 
 // readStates reads the states of keys and the seq the state file holds

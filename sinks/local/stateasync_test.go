@@ -1,0 +1,108 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// TestStatesAppliedAfterCommit commits loads whose states are applied
+// after their commits returned: GetState reflects every committed load
+// whenever it is asked, the goroutine applies the states and removes the
+// staging folders on its own, and a Sink killed with states queued leaves
+// them to the next one.
+func TestStatesAppliedAfterCommit(t *testing.T) {
+	for _, kill := range []bool{false, true} {
+		t.Run(fmt.Sprint("killed ", kill), func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			opts := testOpts(dir)
+			s := openTest(t, opts)
+			if err := s.Ensure(ctx, []sinks.Table{custTable}); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, 0))
+			model := map[string]string{}
+			var keys []string
+			for id := range int64(40) {
+				keys = append(keys, ck(id))
+			}
+			check := func(s *Sink, when string) {
+				t.Helper()
+				got, err := s.GetState(ctx, custTable.Name, keys)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(model) {
+					t.Fatalf("%s: %d states, want %d", when, len(got), len(model))
+				}
+				for k, v := range model {
+					if string(got[k]) != v {
+						t.Fatalf("%s: state of %q: %q, want %q", when, k, got[k], v)
+					}
+				}
+			}
+			for load := range 30 {
+				var c cdcChange
+				for range 1 + rng.IntN(8) {
+					id := rng.Int64N(40)
+					c.up = append(c.up, cust{id, fmt.Sprint("n", load), "", int64(load + 1)})
+					v := []byte(fmt.Sprint("s", load, "-", id))
+					if rng.IntN(5) == 0 {
+						v = nil
+					}
+					c.states = append(c.states, sinks.StateEntry{Key: ck(id), Value: v})
+				}
+				if err := commitCDC(ctx, s, custTable.Name, c); err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range c.states {
+					if e.Value == nil {
+						delete(model, e.Key)
+					} else {
+						model[e.Key] = string(e.Value)
+					}
+				}
+				if rng.IntN(3) == 0 {
+					check(s, fmt.Sprint("after load ", load))
+				}
+			}
+			last := s.led.lastSeq()
+			if kill {
+				s.kill()
+				s = openTest(t, opts)
+				check(s, "after the kill")
+				if _, err := s.Recover(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// Without a read, the goroutine catches up alone.
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					s.statesMu.Lock()
+					idle := len(s.queued) == 0 && len(s.queuedLoads) == 0 && !s.applying
+					s.statesMu.Unlock()
+					if idle {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("states still queued after 10 s")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				if _, through, err := s.readStates(custTable.Name, nil); err != nil || through != last {
+					t.Fatalf("state file holds loads through %d (%v), want %d", through, err, last)
+				}
+				check(s, "at the end")
+			}
+			if left := entries(t, filepath.Join(dir, stateDir, "staging")); len(left) != 0 {
+				t.Fatalf("staging holds %v", left)
+			}
+		})
+	}
+}
