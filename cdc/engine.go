@@ -148,6 +148,7 @@ type Engine struct {
 	// scratch reused between batches
 	ops    []Op
 	refs   []rowRef
+	sorted []rowRef // sortRefs' scratch
 	keyBuf []byte
 	seqBuf []byte
 	fresh  []event
@@ -252,6 +253,56 @@ type rowRef struct {
 	// kp and sp are the first 8 bytes of the key's and the sequence's
 	// encodings, big-endian: most comparisons of a sort end on them.
 	kp, sp uint64
+}
+
+// radixMin is the batch size from which sortRefs sorts by radix.
+const radixMin = 1024
+
+// sortRefs sorts refs as compare does, compare ordering by kp first: a
+// least-significant-digit radix sort on kp (skipping the bytes every ref
+// shares), then each run of refs of equal kp by compare. It returns the
+// sorted refs and the other buffer, to pass back as scratch next time.
+func sortRefs(refs, scratch []rowRef, compare func(x, y rowRef) int) (sorted, spare []rowRef) {
+	if len(refs) < radixMin {
+		slices.SortFunc(refs, compare)
+		return refs, scratch
+	}
+	if cap(scratch) < len(refs) {
+		scratch = make([]rowRef, len(refs))
+	}
+	src, dst := refs, scratch[:len(refs)]
+	var counts [256]int
+	for shift := uint(0); shift < 64; shift += 8 {
+		clear(counts[:])
+		for i := range src {
+			counts[byte(src[i].kp>>shift)]++
+		}
+		if counts[byte(src[0].kp>>shift)] == len(src) {
+			continue // every ref has this byte
+		}
+		at := 0
+		for b, n := range counts {
+			counts[b] = at
+			at += n
+		}
+		for i := range src {
+			b := byte(src[i].kp >> shift)
+			dst[counts[b]] = src[i]
+			counts[b]++
+		}
+		src, dst = dst, src
+	}
+	for i := 0; i < len(src); {
+		j := i + 1
+		for j < len(src) && src[j].kp == src[i].kp {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(src[i:j], compare)
+		}
+		i = j
+	}
+	return src, dst
 }
 
 // prefix returns the first 8 bytes of b as a big-endian number, zeros
@@ -366,7 +417,7 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	e.refs, e.keyBuf, e.seqBuf = refs, keyBuf, seqBuf
 	keyStr, seqStr := string(keyBuf), string(seqBuf)
 	pos := in.Positions
-	slices.SortFunc(refs, func(x, y rowRef) int {
+	refs, e.sorted = sortRefs(refs, e.sorted, func(x, y rowRef) int {
 		if x.kp != y.kp {
 			return cmp.Compare(x.kp, y.kp)
 		}
@@ -381,6 +432,7 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 		}
 		return pos[x.row].Compare(pos[y.row])
 	})
+	e.refs = refs
 
 	// Keys, and the batch's events grouped by key.
 	var groups []group
