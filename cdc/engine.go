@@ -414,7 +414,7 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 		refs = append(refs, rowRef{row: int32(i), k0: int32(k0), k1: int32(len(keyBuf)), s0: int32(s0), s1: int32(len(seqBuf)),
 			kp: prefix(keyBuf[k0:]), sp: prefix(seqBuf[s0:])})
 	}
-	e.refs, e.keyBuf, e.seqBuf = refs, keyBuf, seqBuf
+	e.keyBuf, e.seqBuf = keyBuf, seqBuf
 	keyStr, seqStr := string(keyBuf), string(seqBuf)
 	pos := in.Positions
 	refs, e.sorted = sortRefs(refs, e.sorted, func(x, y rowRef) int {

@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"os"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
 )
@@ -323,8 +321,8 @@ func (l *load) closeCDC() {
 // each, its rows (a new version from the prepared plan when the table is
 // still at the version it was prepared on, else from a plan built now) when
 // the table's "through" is below the load, then its states when the state
-// file's "through" is; with async, the states are queued instead (once the
-// ones queued before are applied). Runs under the lock.
+// file's "through" is (applyJobs); with async, the states are queued
+// instead. States queued before are applied first. Runs under the lock.
 func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry, async bool) error {
 	if err := s.applyQueued(table); err != nil {
 		return err
@@ -338,13 +336,6 @@ func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry, asy
 	if err != nil {
 		return err
 	}
-	var db *bolt.DB
-	var stateThrough int64 // what db holds, read when opened
-	defer func() {
-		if db != nil {
-			db.Close()
-		}
-	}()
 	for _, e := range loads {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -381,39 +372,17 @@ func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry, asy
 			s.log.Debug("published", "table", table, "load_id", e.LoadID, "dropped", len(plan.Drop), "added", len(plan.Add),
 				"buckets", plan.Buckets, "version", cur.Version)
 		}
-		if ce.States > 0 && async {
-			jobs = append(jobs, stateJob{seq: e.Seq, loadID: e.LoadID})
-			continue
-		}
 		if ce.States > 0 {
-			if db == nil {
-				if db, err = s.openState(table, false); err != nil {
-					return err
-				}
-				if err := db.View(func(tx *bolt.Tx) error { stateThrough = readThrough(tx); return nil }); err != nil {
-					return err
-				}
-			}
-			if e.Seq <= stateThrough {
-				continue
-			}
-			if err := s.crashAt("publish-states"); err != nil {
-				return err
-			}
-			applied, err := applyStates(db, e.Seq, s.lay.stagedStates(e.LoadID, table))
-			if err != nil {
-				return fmt.Errorf("committed load %s (seq %d): states: %w", e.LoadID, e.Seq, err)
-			}
-			stateThrough = e.Seq
-			if applied {
-				if err := s.crashAt("publish-states+applied"); err != nil {
-					return err
-				}
-			}
+			jobs = append(jobs, stateJob{seq: e.Seq, loadID: e.LoadID})
 		}
 	}
-	if len(jobs) > 0 {
-		s.queueStates(table, jobs)
+	if len(jobs) == 0 {
+		return nil
 	}
-	return nil
+	if async {
+		s.queueStates(table, jobs)
+		return nil
+	}
+	_, err = s.applyJobs(table, jobs)
+	return err
 }

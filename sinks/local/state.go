@@ -128,7 +128,8 @@ func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
 			return err
 		}
 		ents, table, hasTable := sortedStates(p)
-		if ents, err = migrateKeys(tx, ents); err != nil {
+		old, err := migrateKeys(tx)
+		if err != nil {
 			return err
 		}
 		chunks, err := tx.CreateBucketIfNotExists(stateChunks)
@@ -136,7 +137,14 @@ func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
 			return err
 		}
 		chunks.FillPercent = stateFillPercent
-		if err := putStates(chunks, ents); err != nil {
+		if old != nil {
+			// The chunks are empty: the old states, merged with the load's,
+			// make them.
+			err = putPieces(chunks, mergeChunks(old, ents))
+		} else {
+			err = putStates(chunks, ents)
+		}
+		if err != nil {
 			return err
 		}
 		if hasTable {
@@ -159,40 +167,24 @@ func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
 	return applied, err
 }
 
-// migrateKeys moves the states of a state file made before chunks (one
-// per key, in bucket "keys") into ents, which win over them, and removes
-// the bucket; ents is returned as it is when there is none.
-func migrateKeys(tx *bolt.Tx, ents []stateKV) ([]stateKV, error) {
+// migrateKeys returns the states of a state file made before chunks (one
+// per key, in bucket "keys"), in key order, and removes the bucket; nil
+// when there is none. The strings share the file's memory, valid until the
+// transaction ends.
+func migrateKeys(tx *bolt.Tx) ([]stateKV, error) {
 	kb := tx.Bucket(stateKeys)
 	if kb == nil {
-		return ents, nil
+		return nil, nil
 	}
-	var old []stateKV
+	old := []stateKV{}
 	c := kb.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		// The strings share the file's memory: mergeChunks copies them
-		// before the bucket's pages can be reused, at commit.
 		old = append(old, stateKV{k: bytesStr(k), v: bytesStr(v)})
-	}
-	merged := make([]stateKV, 0, len(old)+len(ents))
-	i, j := 0, 0
-	for i < len(old) || j < len(ents) {
-		switch {
-		case j == len(ents) || (i < len(old) && old[i].k < ents[j].k):
-			merged = append(merged, old[i])
-			i++
-		default:
-			if i < len(old) && old[i].k == ents[j].k {
-				i++
-			}
-			merged = append(merged, ents[j])
-			j++
-		}
 	}
 	if err := tx.DeleteBucket(stateKeys); err != nil {
 		return nil, err
 	}
-	return merged, nil
+	return old, nil
 }
 
 var _ sinks.StateReader = (*Sink)(nil)

@@ -147,12 +147,17 @@ func (s *Sink) applyJobs(table string, jobs []stateJob) (int, error) {
 	return len(jobs), nil
 }
 
-// jobDone counts a load's job done, and removes its staging folder once
-// none is left. Runs under the lock.
+// jobDone counts a queued load's job done, and removes its staging folder
+// once none is left (publishPending removes those of loads not queued).
+// Runs under the lock.
 func (s *Sink) jobDone(loadID string) {
 	s.statesMu.Lock()
-	n := s.queuedLoads[loadID] - 1
-	if n <= 0 {
+	n, queued := s.queuedLoads[loadID]
+	if !queued {
+		s.statesMu.Unlock()
+		return
+	}
+	if n--; n <= 0 {
 		delete(s.queuedLoads, loadID)
 	} else {
 		s.queuedLoads[loadID] = n

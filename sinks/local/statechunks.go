@@ -189,14 +189,21 @@ func putStates(b *bolt.Bucket, ents []stateKV) error {
 				return err
 			}
 		}
-		for _, p := range pieces {
-			// bbolt keeps key and value until the transaction ends; each
-			// piece has buffers of its own.
-			if err := b.Put(p.first, p.data); err != nil {
-				return err
-			}
+		if err := putPieces(b, pieces); err != nil {
+			return err
 		}
 		i = j
+	}
+	return nil
+}
+
+// putPieces puts chunks into b. bbolt keeps key and value until the
+// transaction ends; each piece has buffers of its own.
+func putPieces(b *bolt.Bucket, pieces []chunkPiece) error {
+	for _, p := range pieces {
+		if err := b.Put(p.first, p.data); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -280,13 +287,7 @@ func (r *chunkReader) get(key string) ([]byte, error) {
 // every chunk.
 func (r *chunkReader) seek(key string) error {
 	r.loaded = false
-	k, v := r.c.Seek([]byte(key))
-	switch {
-	case k == nil:
-		k, v = r.c.Last()
-	case !bytes.Equal(k, []byte(key)):
-		k, v = r.c.Prev()
-	}
+	k, v := seekChunk(r.c, key)
 	if k == nil {
 		return nil
 	}
@@ -299,4 +300,18 @@ func (r *chunkReader) seek(key string) error {
 	r.next, r.hasNext = bytesStr(nk), nk != nil
 	r.loaded = true
 	return nil
+}
+
+// seekChunk moves c to the chunk key belongs to, the one with the greatest
+// first key not above it, and returns it; nil when key is below every
+// chunk.
+func seekChunk(c *bolt.Cursor, key string) (k, v []byte) {
+	k, v = c.Seek([]byte(key))
+	switch {
+	case k == nil:
+		return c.Last()
+	case !bytes.Equal(k, []byte(key)):
+		return c.Prev()
+	}
+	return k, v
 }

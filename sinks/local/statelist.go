@@ -66,14 +66,8 @@ func chunkKeys(b *bolt.Bucket, after string, limit int) ([]string, error) {
 		k, v = c.First()
 	} else {
 		// The chunk after belongs to, or the first when it is below them.
-		k, v = c.Seek([]byte(after))
-		switch {
-		case k == nil:
-			k, v = c.Last()
-		case !bytes.Equal(k, []byte(after)):
-			if k, v = c.Prev(); k == nil {
-				k, v = c.First()
-			}
+		if k, v = seekChunk(c, after); k == nil {
+			k, v = c.First()
 		}
 	}
 	var states []stateKV
