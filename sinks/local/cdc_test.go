@@ -510,7 +510,13 @@ func TestCDCCrash(t *testing.T) {
 		{"after the swap, no Recover", "publish+swapped", true, false},
 		{"before the states", "publish-states", true, true},
 		{"after the states", "publish-states+applied", true, true},
+		{"between the states' transactions", "publish-states-part", true, true},
+		{"between the states' transactions, no Recover", "publish-states-part", true, false},
 	}
+	// Chunks of one state each, a transaction for each: the crashing load's
+	// states take two transactions.
+	defer func(n, tx int) { chunkTarget, stateTxChunks = n, tx }(chunkTarget, stateTxChunks)
+	chunkTarget, stateTxChunks = 1, 1
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

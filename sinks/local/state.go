@@ -20,10 +20,9 @@ import (
 // (statechunks.go; bucket "keys", one state per key, in files made before
 // chunks), bucket "meta" holds the table's own state ("table") and "through", the
 // ledger seq of the last load whose states it holds. Publishing a load
-// applies its staged states in one bbolt transaction that also sets
-// "through", only when "through" is below the load's seq: so it is
-// idempotent, and Recover (or the next commit, or GetState) applies what a
-// crash left out.
+// applies its staged states, only when "through" is below the load's seq,
+// and its last transaction sets "through": so it is idempotent, and
+// Recover (or the next commit, or GetState) applies what a crash left out.
 var (
 	stateKeys    = []byte("keys")
 	stateMeta    = []byte("meta")
@@ -111,60 +110,92 @@ func readThrough(tx *bolt.Tx) int64 {
 	return 0
 }
 
+// stateTxChunks bounds the chunks one transaction of applyStates
+// rewrites, about 16 MiB: a load that changes states all over a large
+// table applies them in several transactions, so that what it holds at
+// once (the chunks it decodes and cuts again, and the pages bbolt keeps
+// until a commit) does not grow with the table.
+var stateTxChunks = 512
+
 // applyStates applies a load's staged states (a pairs file: key, value or
 // absent) to db unless it holds them already. Later entries of a key win.
-func applyStates(db *bolt.DB, seq int64, staged string) (bool, error) {
+//
+// The states go in transactions of at most stateTxChunks chunks; the last
+// one also sets the table's own state and "through". A crash in between
+// leaves "through" below seq, so the next publish applies the load's states
+// again, which gives the same states; meanwhile, each key read holds the
+// state of a committed load (this one's or the one before), since states
+// are applied only after their commit. between, unless nil, runs after
+// each transaction but the last (a test's crash point).
+func applyStates(db *bolt.DB, seq int64, staged string, between func() error) (bool, error) {
+	var through int64
+	if err := db.View(func(tx *bolt.Tx) error { through = readThrough(tx); return nil }); err != nil || through >= seq {
+		return false, err
+	}
+	p, err := readPairs(staged)
+	if err != nil {
+		return false, err
+	}
+	ents, table, hasTable := sortedStates(p)
 	applied := false
-	err := db.Update(func(tx *bolt.Tx) error {
-		if readThrough(tx) >= seq {
-			return nil
-		}
-		p, err := readPairs(staged)
-		if err != nil {
-			return err
-		}
-		meta, err := tx.CreateBucketIfNotExists(stateMeta)
-		if err != nil {
-			return err
-		}
-		ents, table, hasTable := sortedStates(p)
-		old, err := migrateKeys(tx)
-		if err != nil {
-			return err
-		}
-		chunks, err := tx.CreateBucketIfNotExists(stateChunks)
-		if err != nil {
-			return err
-		}
-		chunks.FillPercent = stateFillPercent
-		if old != nil {
-			// The chunks are empty: the old states, merged with the load's,
-			// make them.
-			err = putPieces(chunks, mergeChunks(old, ents))
-		} else {
-			err = putStates(chunks, ents)
-		}
-		if err != nil {
-			return err
-		}
-		if hasTable {
-			// bbolt keeps the slice until the transaction ends and never
-			// writes it: it shares p's bytes rather than copy them.
-			if table.del {
-				err = meta.Delete(stateTable)
+	for done := false; !done; {
+		err := db.Update(func(tx *bolt.Tx) error {
+			if readThrough(tx) >= seq {
+				done = true
+				return nil
+			}
+			meta, err := tx.CreateBucketIfNotExists(stateMeta)
+			if err != nil {
+				return err
+			}
+			old, err := migrateKeys(tx)
+			if err != nil {
+				return err
+			}
+			chunks, err := tx.CreateBucketIfNotExists(stateChunks)
+			if err != nil {
+				return err
+			}
+			chunks.FillPercent = stateFillPercent
+			n := len(ents)
+			if old != nil {
+				// The chunks are empty: the old states, merged with the load's,
+				// make them.
+				err = putPieces(chunks, mergeChunks(old, ents))
 			} else {
-				err = meta.Put(stateTable, strBytes(table.v))
+				n, err = putStates(chunks, ents, stateTxChunks)
 			}
 			if err != nil {
 				return err
 			}
+			if ents = ents[n:]; len(ents) > 0 {
+				return nil // the next transaction goes on
+			}
+			if hasTable {
+				// bbolt keeps the slice until the transaction ends and never
+				// writes it: it shares p's bytes rather than copy them.
+				if table.del {
+					err = meta.Delete(stateTable)
+				} else {
+					err = meta.Put(stateTable, strBytes(table.v))
+				}
+				if err != nil {
+					return err
+				}
+			}
+			var through [8]byte
+			binary.BigEndian.PutUint64(through[:], uint64(seq))
+			applied, done = true, true
+			return meta.Put(stateThrough, through[:])
+		})
+		if err == nil && !done && between != nil {
+			err = between()
 		}
-		var through [8]byte
-		binary.BigEndian.PutUint64(through[:], uint64(seq))
-		applied = true
-		return meta.Put(stateThrough, through[:])
-	})
-	return applied, err
+		if err != nil {
+			return false, err
+		}
+	}
+	return applied, nil
 }
 
 // migrateKeys returns the states of a state file made before chunks (one

@@ -131,7 +131,7 @@ func (s *Sink) applyJobs(table string, jobs []stateJob) (int, error) {
 			if err := s.crashAt("publish-states"); err != nil {
 				return i, err
 			}
-			applied, err := applyStates(db, j.seq, s.lay.stagedStates(j.loadID, table))
+			applied, err := applyStates(db, j.seq, s.lay.stagedStates(j.loadID, table), func() error { return s.crashAt("publish-states-part") })
 			if err != nil {
 				return i, fmt.Errorf("committed load %s (seq %d): states: %w", j.loadID, j.seq, err)
 			}

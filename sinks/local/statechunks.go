@@ -126,13 +126,15 @@ func sortedStates(p *pairs) (ents []stateKV, table stateKV, hasTable bool) {
 	return ents, table, hasTable
 }
 
-// putStates applies ents (in key order, distinct) to the chunks of b.
-// Consecutive chunks that entries fall in are merged with them and cut
-// again into chunks of about chunkTarget bytes: chunks shrunk by removals
-// join their neighbours.
-func putStates(b *bolt.Bucket, ents []stateKV) error {
+// putStates applies ents (in key order, distinct) to the chunks of b,
+// rewriting at most about maxChunks of them, and returns how many entries
+// it applied: all of them, or the ones below the first chunk it left
+// alone (at least one). Consecutive chunks that entries fall in are merged
+// with them and cut again into chunks of about chunkTarget bytes: chunks
+// shrunk by removals join their neighbours.
+func putStates(b *bolt.Bucket, ents []stateKV, maxChunks int) (int, error) {
 	if len(ents) == 0 {
-		return nil
+		return 0, nil
 	}
 	var firsts []string // every chunk's first key, in order (copied)
 	c := b.Cursor()
@@ -145,8 +147,13 @@ func putStates(b *bolt.Bucket, ents []stateKV) error {
 		return max(0, sort.Search(len(firsts), func(i int) bool { return firsts[i] > k })-1)
 	}
 	var old []stateKV
+	touched := 0
 	for i := 0; i < len(ents); {
-		// A run: the entries whose chunks follow one another, lo to hi.
+		if touched >= maxChunks {
+			return i, nil
+		}
+		// A run: the entries whose chunks follow one another, lo to hi,
+		// cut where the chunks rewritten would pass maxChunks.
 		j, lo, hi := i, -1, -1
 		if len(firsts) == 0 {
 			j = len(ents)
@@ -158,19 +165,20 @@ func putStates(b *bolt.Bucket, ents []stateKV) error {
 				if hi+1 < len(firsts) && ents[j].k >= firsts[hi+1] {
 					o = owner(ents[j].k)
 				}
-				if o > hi+1 {
+				if o > hi+1 || (o > hi && touched+o-lo+1 > maxChunks) {
 					break
 				}
 				hi = o
 				j++
 			}
+			touched += hi - lo + 1
 		}
 		var vals [][]byte
 		n := 0
 		for x := lo; x >= 0 && x <= hi; x++ {
 			v := b.Get([]byte(firsts[x]))
 			if v == nil {
-				return errChunkCorrupt
+				return i, errChunkCorrupt
 			}
 			vals = append(vals, v)
 			n += countChunk(v)
@@ -179,22 +187,22 @@ func putStates(b *bolt.Bucket, ents []stateKV) error {
 		for _, v := range vals {
 			var err error
 			if old, err = decodeChunk(v, old); err != nil {
-				return err
+				return i, err
 			}
 		}
 		pieces := mergeChunks(old, ents[i:j])
 		// The old chunks go once their states are copied into pieces.
 		for x := lo; x >= 0 && x <= hi; x++ {
 			if err := b.Delete([]byte(firsts[x])); err != nil {
-				return err
+				return i, err
 			}
 		}
 		if err := putPieces(b, pieces); err != nil {
-			return err
+			return i, err
 		}
 		i = j
 	}
-	return nil
+	return len(ents), nil
 }
 
 // putPieces puts chunks into b. bbolt keeps key and value until the

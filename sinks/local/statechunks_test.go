@@ -2,6 +2,7 @@ package local
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -115,15 +116,23 @@ func checkStates(t *testing.T, db *bolt.DB, model map[string]string, absent []st
 
 // TestChunkedStates applies random loads of states and removals to a
 // state file with small chunks and checks it against a map after each.
+// Seeds 2 and up apply a load in transactions of a few chunks each, and
+// stop some of them after a random transaction (a crash) to apply them
+// again.
 func TestChunkedStates(t *testing.T) {
-	defer func(n int) { chunkTarget = n }(chunkTarget)
+	defer func(n, tx int) { chunkTarget, stateTxChunks = n, tx }(chunkTarget, stateTxChunks)
 	chunkTarget = 200
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
+			stateTxChunks = 512
+			if seed >= 2 {
+				stateTxChunks = int(seed)
+			}
 			db := openTestState(t)
 			model := map[string]string{}
 			var table string
+			parts, crashes := 0, 0
 			for load := int64(1); load <= 30; load++ {
 				// Loads of a few keys or of most of them, unordered, a key
 				// repeated (its last entry wins), and removals of keys that
@@ -145,8 +154,36 @@ func TestChunkedStates(t *testing.T) {
 				}
 				staged := filepath.Join(t.TempDir(), "st")
 				stageStates(t, staged, keys, vals)
-				applied, err := applyStates(db, load, staged)
-				if err != nil || !applied {
+				done := false // applied whole by the stopped try
+				if seed >= 2 && rng.IntN(3) == 0 {
+					// Stopped after a transaction: "through" stays below the
+					// load, and the load applies again below.
+					after := rng.IntN(3)
+					crash := errors.New("crash")
+					_, err := applyStates(db, load, staged, func() error {
+						if after--; after < 0 {
+							return crash
+						}
+						return nil
+					})
+					if errors.Is(err, crash) {
+						crashes++
+						if err := db.View(func(tx *bolt.Tx) error {
+							if readThrough(tx) >= load {
+								return fmt.Errorf("through %d after a stopped load %d", readThrough(tx), load)
+							}
+							return nil
+						}); err != nil {
+							t.Fatal(err)
+						}
+					} else if err != nil {
+						t.Fatal(err)
+					} else {
+						done = true
+					}
+				}
+				applied, err := applyStates(db, load, staged, func() error { parts++; return nil })
+				if err != nil || applied == done {
 					t.Fatalf("load %d: applied %v, %v", load, applied, err)
 				}
 				for i, k := range keys {
@@ -161,9 +198,12 @@ func TestChunkedStates(t *testing.T) {
 				}
 				checkStates(t, db, model, []string{"a", "k0000x", "zz"}, 1+rng.IntN(40))
 				// Applied again, nothing changes.
-				if applied, err := applyStates(db, load, staged); err != nil || applied {
+				if applied, err := applyStates(db, load, staged, nil); err != nil || applied {
 					t.Fatalf("load %d again: applied %v, %v", load, applied, err)
 				}
+			}
+			if seed >= 2 && (parts == 0 || crashes == 0) {
+				t.Fatalf("%d loads applied in parts, %d stopped: the test misses its point", parts, crashes)
 			}
 			err := db.View(func(tx *bolt.Tx) error {
 				got := map[string][]byte{}
@@ -235,7 +275,7 @@ func TestChunkedStatesMigrate(t *testing.T) {
 	}
 	staged := filepath.Join(t.TempDir(), "st")
 	stageStates(t, staged, []string{"k010", "k000", "new", "k099"}, [][]byte{[]byte("new 10"), nil, []byte("n"), nil})
-	if applied, err := applyStates(db, 8, staged); err != nil || !applied {
+	if applied, err := applyStates(db, 8, staged, nil); err != nil || !applied {
 		t.Fatalf("applied %v, %v", applied, err)
 	}
 	model["k010"], model["new"] = "new 10", "n"
