@@ -33,6 +33,7 @@ type claimLoop struct {
 
 	wait  *time.Timer // MaxWait of the current batch
 	waitC <-chan time.Time
+	held  bool // past MaxWait, held back by a Busy handler (counted in runner.held*)
 
 	// Bounded mode.
 	bounded  bool
@@ -88,7 +89,7 @@ func (l *claimLoop) run() {
 			}
 		case <-l.waitC:
 			l.waitC = nil
-			if b, ok := l.r.h.(Busy); ok && b.Busy() {
+			if l.holdBack() {
 				l.wait.Reset(busyPoll) // keeps filling while the handler is busy
 				l.waitC = l.wait.C
 				continue
@@ -132,6 +133,37 @@ func (l *claimLoop) checkStart() {
 	}
 }
 
+// holdBack reports whether the batch, past its MaxWait, keeps filling: while
+// the handler is Busy, as long as the batches the runner's claims hold back
+// stay within MaxRows and MaxBytes together. Past that, the batch goes to
+// Process and waits there, and its claim stops reading: a topic of many
+// partitions holds one batch's worth of records back, not one batch per
+// partition.
+func (l *claimLoop) holdBack() bool {
+	b, ok := l.r.h.(Busy)
+	if !ok || !b.Busy() {
+		return false
+	}
+	if !l.held {
+		l.held = true
+		l.r.heldRows.Add(int64(len(l.recs)))
+		l.r.heldBytes.Add(int64(l.bytes))
+	}
+	return l.r.heldRows.Load() <= int64(l.r.cfg.MaxRows) && l.r.heldBytes.Load() <= int64(l.r.cfg.MaxBytes)
+}
+
+// reset empties the batch once it was processed or dropped.
+func (l *claimLoop) reset() {
+	if l.held {
+		l.held = false
+		l.r.heldRows.Add(-int64(len(l.recs)))
+		l.r.heldBytes.Add(-int64(l.bytes))
+	}
+	clear(l.recs)
+	l.recs = l.recs[:0]
+	l.bytes = 0
+}
+
 // add takes one record; false means the claim must stop (an error).
 func (l *claimLoop) add(m *sarama.ConsumerMessage) bool {
 	if l.finished {
@@ -160,6 +192,10 @@ func (l *claimLoop) add(m *sarama.ConsumerMessage) bool {
 		Value:     m.Value,
 	})
 	l.bytes += size
+	if l.held {
+		l.r.heldRows.Add(1)
+		l.r.heldBytes.Add(int64(size))
+	}
 	l.next = m.Offset + 1
 	if len(l.recs) == 1 {
 		l.armWait()
@@ -216,9 +252,7 @@ func (l *claimLoop) flush() bool {
 		"rows", len(b.Records), "bytes", b.Bytes, "duration", time.Since(start))
 	l.prev = b.Next
 	l.sess.MarkOffset(l.topic, l.p, b.Next, "")
-	clear(l.recs)
-	l.recs = l.recs[:0]
-	l.bytes = 0
+	l.reset()
 	return true
 }
 
@@ -276,8 +310,7 @@ func (l *claimLoop) exit() {
 	}
 	l.r.log.Debug("consumer: partial batch left to the partition's next owner", "partition", l.p,
 		"first_offset", l.recs[0].Offset, "rows", len(l.recs))
-	clear(l.recs)
-	l.recs = l.recs[:0]
+	l.reset()
 }
 
 // probeDue spaces the probes of a quiet claim: after 1, 2, 4, 8 and 16

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -127,6 +128,10 @@ type runner struct {
 	starts map[int32]int64
 	done   map[int32]bool
 	prober *tailProber
+
+	// The rows and bytes of the claims' batches held back past MaxWait by
+	// a Busy handler (see claimLoop.holdBack).
+	heldRows, heldBytes atomic.Int64
 }
 
 func (r *runner) hasRecordsBefore(p int32, from, end int64) (bool, error) {

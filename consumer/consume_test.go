@@ -548,3 +548,32 @@ func TestBusyHandlerKeepsFilling(t *testing.T) {
 		t.Fatalf("batches of %v rows, want [1 30 5]", rows)
 	}
 }
+
+// TestBusyHandlerHoldsOneBatch checks that the batches held back while the
+// handler is busy stay within MaxRows together: four partitions' batches
+// of 10 rows, with MaxRows 30, cannot all wait; the ones past the bound go
+// to Process, and the rest follow once the handler is free.
+func TestBusyHandlerHoldsOneBatch(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 4})
+	l := &busyLedger{fakeLedger: newFakeLedger()}
+	l.busy.Store(true)
+	cfg := testConfig(t, addr, "t")
+	cfg.MaxWait = 50 * time.Millisecond
+	cfg.MaxRows = 30
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runConsume(ctx, cfg, l)
+
+	produceN(t, addr, "t", []int32{0, 1, 2, 3}, 10, 10)
+	waitFor(t, 10*time.Second, "a batch past the bound", func() bool { return l.rowCount() > 0 })
+	time.Sleep(10 * cfg.MaxWait)
+	if n := l.rowCount(); n < 10 || n > 30 {
+		t.Fatalf("%d rows processed while the handler was busy, want 10 to 30 (30 at most held back)", n)
+	}
+	l.busy.Store(false)
+	waitFor(t, 10*time.Second, "the rest", func() bool { return l.rowCount() == 40 })
+	cancel()
+	if err := wait(t); err != nil {
+		t.Fatal(err)
+	}
+}
