@@ -184,6 +184,9 @@ func (c *Cache) Reset() {
 	c.table = nil
 }
 
+// Max returns the bound of the bytes held.
+func (c *Cache) Max() int64 { return c.max }
+
 // Bytes returns the estimated bytes held.
 func (c *Cache) Bytes() int64 {
 	c.mu.Lock()

@@ -21,7 +21,8 @@ import (
 )
 
 // DefaultStateCacheBytes bounds each CDC target's in-memory cache of key
-// states read back from the destination.
+// states read back from the destination, unless its table's state_cache
+// sets it.
 const DefaultStateCacheBytes = 256 << 20
 
 // leaseTTL is how long a lease (of a CDC target, or of a files flow)
@@ -108,7 +109,11 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 		if !ok {
 			return nil, nil, fmt.Errorf("table %s: the destination does not support CDC targets", t.Name)
 		}
-		targets[t.Name] = &cdcTarget{name: t.Name, table: t, cache: cdc.NewCache(stateStore{sr: sr, table: t.Name}, DefaultStateCacheBytes),
+		cacheBytes := t.StateCache
+		if cacheBytes <= 0 {
+			cacheBytes = DefaultStateCacheBytes
+		}
+		targets[t.Name] = &cdcTarget{name: t.Name, table: t, cache: cdc.NewCache(stateStore{sr: sr, table: t.Name}, cacheBytes),
 			ahead: make(chan struct{}, maxBatchesAhead)}
 	}
 	if len(targets) == 0 {

@@ -308,3 +308,40 @@ func TestKafkaFlowBusy(t *testing.T) {
 		t.Fatal("an append flow is busy")
 	}
 }
+
+// TestStateCacheOption checks that a table's state_cache bounds its
+// target's cache of key states, and that the default applies without it.
+func TestStateCacheOption(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want int64
+	}{{"", DefaultStateCacheBytes}, {"    state_cache: 4KiB\n", 4 << 10}} {
+		path := filepath.Join(t.TempDir(), "sluice.yaml")
+		text := strings.Replace(fmt.Sprintf(orderSpec, 1), "  - name: t\n", "  - name: t\n"+tc.line, 1)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := spec.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := local.Open(context.Background(), local.Options{Path: p.Path(p.Destination.Local.Path), Pipeline: p.Pipeline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newRunner(p, ls, Options{Mode: ModeUpdate})
+		if err := ls.Ensure(context.Background(), Tables(p)); err != nil {
+			t.Fatal(err)
+		}
+		targets, stop, err := r.cdcTargets(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := targets["t"].cache.Max()
+		stop()
+		ls.Close()
+		if got != tc.want {
+			t.Errorf("state_cache %q: cache of %d bytes, want %d", strings.TrimSpace(tc.line), got, tc.want)
+		}
+	}
+}

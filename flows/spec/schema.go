@@ -162,6 +162,9 @@ func (c *checker) fits(ti int, t *Table, f *Flow, s batch.Schema, skip, exempt [
 }
 
 func (c *checker) appendTarget(ti int, t *Table, flows []int) {
+	if c.written(indexPath("tables", ti)+".state_cache", t.StateCache, nil) {
+		c.add(indexPath("tables", ti)+".state_cache", "state_cache applies to CDC targets only; no auto_cdc or auto_cdc_from_snapshot flow writes %s", t.Name)
+	}
 	if len(t.Columns) > 0 {
 		t.Schema = columnsSchema(t.Columns)
 		for _, i := range flows {

@@ -152,10 +152,11 @@ type ClickHouse struct {
 
 // Table is a target table.
 type Table struct {
-	Name        string   `yaml:"name"`         // required; an identifier, not starting with _sluice_
-	Columns     []Column `yaml:"columns"`      // optional: derived from the flows when left out
-	OrderBy     []string `yaml:"order_by"`     // optional; columns of the table
-	PartitionBy []string `yaml:"partition_by"` // optional; columns of the table
+	Name        string   `yaml:"name"`             // required; an identifier, not starting with _sluice_
+	Columns     []Column `yaml:"columns"`          // optional: derived from the flows when left out
+	OrderBy     []string `yaml:"order_by"`         // optional; columns of the table
+	PartitionBy []string `yaml:"partition_by"`     // optional; columns of the table
+	StateCache  int64    `yaml:"state_cache,size"` // CDC targets: bytes of key states cached in memory; zero: the runner's default (256 MiB)
 
 	// Schema is the resolved schema: the declared columns, or those derived
 	// from the flows whose columns the spec tells (Parquet sources without

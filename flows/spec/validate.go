@@ -320,6 +320,9 @@ func (c *checker) tables() {
 		c.columns(path+".columns", t.Columns)
 		c.nameList(path+".order_by", t.OrderBy)
 		c.nameList(path+".partition_by", t.PartitionBy)
+		if c.written(path+".state_cache", t.StateCache, nil) && t.StateCache <= 0 {
+			c.add(path+".state_cache", "must be positive")
+		}
 	}
 }
 

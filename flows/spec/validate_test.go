@@ -207,6 +207,7 @@ flows:
       - {name: id, type: int64}
       - {name: name, type: string, nullable: true}
     order_by: [id]
+    state_cache: 64MiB
 ` + cdcFlow},
 		{"kafka source decodes the target's columns", header + `tables:
   - name: t
@@ -320,6 +321,15 @@ destination:
       - {name: d, type: "decimal(50,2)"} #! tables[0].columns[6].type: precision 50 out of range
 `},
 		{"table without flows or columns", header + "tables:\n  - name: t #! tables[0].columns: no flow writes table t\n"},
+		{"state_cache", header + `tables:
+  - name: t
+    state_cache: 0 #! tables[0].state_cache: must be positive
+  - name: a
+    state_cache: 1GB #! tables[1].state_cache: applies to CDC targets only
+  - name: b
+    state_cache: lots #! tables[2].state_cache: not a size
+` + cdcFlow + strings.Replace(strings.Replace(strings.TrimPrefix(appendFlow, "flows:\n"), "target: t", "target: a", 1), "name: f", "name: g", 1) +
+			strings.Replace(strings.Replace(strings.TrimPrefix(appendFlow, "flows:\n"), "target: t", "target: b", 1), "name: f", "name: h", 1)},
 		{"order_by unknown column", header + `tables:
   - name: t
     order_by: [id, nope] #! tables[0].order_by[1]: unknown column "nope"
