@@ -111,11 +111,11 @@ func readThrough(tx *bolt.Tx) int64 {
 }
 
 // stateTxChunks bounds the chunks one transaction of applyStates
-// rewrites, about 16 MiB: a load that changes states all over a large
+// rewrites, about 4 MiB: a load that changes states all over a large
 // table applies them in several transactions, so that what it holds at
 // once (the chunks it decodes and cuts again, and the pages bbolt keeps
 // until a commit) does not grow with the table.
-var stateTxChunks = 512
+var stateTxChunks = 128
 
 // applyStates applies a load's staged states (a pairs file: key, value or
 // absent) to db unless it holds them already. Later entries of a key win.
