@@ -70,7 +70,8 @@ func BenchmarkCDCClickHouse(b *testing.B) { benchCDC(b, "clickhouse") }
 //     history of nearly every key.
 //
 // For each order it times the binary's update of them: appended as they
-// are, then into an SCD type 1 target, then into an SCD type 2 target. Each
+// are, then into an SCD type 1 target, then into an SCD type 2 target
+// (whose state_cache SLUICE_BENCH_STATE_CACHE sets, e.g. 32MiB). Each
 // target's content is checked afterwards (not timed): the append holds
 // every message, and the CDC targets' current rows are those of each key's
 // latest change.
@@ -123,7 +124,11 @@ func benchCDC(b *testing.B, kind string) {
 			runs := []measured{appendRun}
 			for _, scd := range []int{1, 2} {
 				d := newDest()
-				spec := writeCDCSpec(b, fmt.Sprintf("bench_%s_scd%d", src.order, scd), d, src.broker, scd, batchRows)
+				text := fmt.Sprintf(cdcSpec, fmt.Sprintf("bench_%s_scd%d", src.order, scd), src.broker, d.yaml(), scd, batchRows)
+				if c := os.Getenv("SLUICE_BENCH_STATE_CACHE"); c != "" {
+					text = strings.Replace(text, "  - name: t\n", "  - name: t\n    state_cache: "+c+"\n", 1)
+				}
+				spec := writeSpecText(b, text)
 				run := timedUpdate(b, spec)
 				rows := targetRows(b, d, spec, "t", targetColumns(scd))
 				got := rows
@@ -145,7 +150,8 @@ func benchCDC(b *testing.B, kind string) {
 				b.ReportMetric(rate, name+"_events/s")
 				b.ReportMetric(float64(r.maxRSS)/(1<<20), name+"_peak_RSS_MiB")
 				b.ReportMetric(r.cpu.Seconds(), name+"_cpu_s")
-				line := fmt.Sprintf("  %-15s %9.0f events/s (%s, CPU %s), peak RSS %4d MiB", name, rate, r.took.Round(time.Millisecond), r.cpu.Round(10*time.Millisecond), r.maxRSS>>20)
+				b.ReportMetric(float64(r.anonRSS)/(1<<20), name+"_peak_anon_MiB")
+				line := fmt.Sprintf("  %-15s %9.0f events/s (%s, CPU %s), peak RSS %4d MiB (anon %d, file %d)", name, rate, r.took.Round(time.Millisecond), r.cpu.Round(10*time.Millisecond), r.maxRSS>>20, r.anonRSS>>20, r.fileRSS>>20)
 				if i > 0 {
 					ratio := appendRun.took.Seconds() / r.took.Seconds()
 					b.ReportMetric(ratio, name+"_vs_append")
@@ -186,7 +192,9 @@ type measured struct {
 	took   time.Duration
 	cpu    time.Duration // user and system: less sensitive than took to a busy machine
 	maxRSS int64         // bytes
-	rows   int
+	// The peaks of the anonymous and the file-backed part of the RSS.
+	anonRSS, fileRSS int64
+	rows             int
 }
 
 // timedUpdate runs `sluice update` of the spec as a child process and
@@ -216,7 +224,7 @@ func timedUpdate(b *testing.B, spec string) measured {
 	peak := watchPeakRSS(cmd.Process.Pid)
 	err := cmd.Wait()
 	took := time.Since(start)
-	maxRSS := peak()
+	maxRSS, anon, file := peak()
 	if err != nil {
 		b.Fatalf("sluice update -f %s: %v\n%s", spec, err, tail(out.String(), 4000))
 	}
@@ -225,26 +233,30 @@ func timedUpdate(b *testing.B, spec string) measured {
 		b.Fatalf("no resource usage for sluice update")
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return measured{took: took, cpu: cpu, maxRSS: maxRSS}
+	return measured{took: took, cpu: cpu, maxRSS: maxRSS, anonRSS: anon, fileRSS: file}
 }
 
 // watchPeakRSS follows the peak resident set size (VmHWM, in bytes) of a
 // running process until the returned function is called, which returns
-// it. The rusage of a child is no good for it: Go starts a child sharing
-// the parent's memory until exec, and Linux counts the parent's peak as
-// the child's, so a test process holding a large broker would hide the
-// child's own figure.
-func watchPeakRSS(pid int) func() int64 {
-	var peak int64
+// it, and the peaks of its anonymous memory (the heap and stacks) and of
+// its file-backed pages (such as a memory-mapped state file, which the
+// kernel can drop) as sampled every 10 ms. The rusage of a child is no good
+// for it: Go starts a child sharing the parent's memory until exec, and
+// Linux counts the parent's peak as the child's, so a test process holding
+// a large broker would hide the child's own figure.
+func watchPeakRSS(pid int) func() (peak, anon, file int64) {
+	var peak, anon, file int64
+	fields := map[string]*int64{"VmHWM:": &peak, "RssAnon:": &anon, "RssFile:": &file}
 	read := func() {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			return
 		}
 		for line := range strings.Lines(string(data)) {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			name, v, _ := strings.Cut(line, " ")
+			if p := fields[name]; p != nil {
 				if kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
-					peak = max(peak, kib<<10)
+					*p = max(*p, kib<<10)
 				}
 			}
 		}
@@ -264,9 +276,9 @@ func watchPeakRSS(pid int) func() int64 {
 			}
 		}
 	}()
-	return func() int64 {
+	return func() (int64, int64, int64) {
 		close(stop)
 		<-done
-		return peak
+		return peak, anon, file
 	}
 }
