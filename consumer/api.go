@@ -102,8 +102,8 @@ type Handler interface {
 // busyPoll). Handing it over earlier would only make it wait inside
 // Process, and larger batches mean fewer loads; how long a batch waits for
 // its load does not change. The batches held back of all partitions stay
-// within MaxRows and MaxBytes together: past that, they go to Process and
-// wait there.
+// within four times MaxRows and MaxBytes together: past that, they go to
+// Process and wait there.
 type Busy interface {
 	Busy() bool
 }

@@ -549,12 +549,13 @@ func TestBusyHandlerKeepsFilling(t *testing.T) {
 	}
 }
 
-// TestBusyHandlerHoldsOneBatch checks that the batches held back while the
-// handler is busy stay within MaxRows together: four partitions' batches
-// of 10 rows, with MaxRows 30, cannot all wait; the ones past the bound go
-// to Process, and the rest follow once the handler is free.
-func TestBusyHandlerHoldsOneBatch(t *testing.T) {
-	addr := startBroker(t, map[string]int32{"t": 4})
+// TestBusyHandlerHoldsFourBatches checks that the batches held back while
+// the handler is busy stay within four times MaxRows together: six
+// partitions' batches of 25 rows, with MaxRows 30, cannot all wait; the ones
+// past the bound go to Process, and the rest follow once the handler is
+// free.
+func TestBusyHandlerHoldsFourBatches(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 6})
 	l := &busyLedger{fakeLedger: newFakeLedger()}
 	l.busy.Store(true)
 	cfg := testConfig(t, addr, "t")
@@ -564,14 +565,14 @@ func TestBusyHandlerHoldsOneBatch(t *testing.T) {
 	defer cancel()
 	wait := runConsume(ctx, cfg, l)
 
-	produceN(t, addr, "t", []int32{0, 1, 2, 3}, 10, 10)
+	produceN(t, addr, "t", []int32{0, 1, 2, 3, 4, 5}, 25, 10)
 	waitFor(t, 10*time.Second, "a batch past the bound", func() bool { return l.rowCount() > 0 })
 	time.Sleep(10 * cfg.MaxWait)
-	if n := l.rowCount(); n < 10 || n > 30 {
-		t.Fatalf("%d rows processed while the handler was busy, want 10 to 30 (30 at most held back)", n)
+	if n := l.rowCount(); n < 150-4*30 || n > 150-25 {
+		t.Fatalf("%d rows of 150 processed while the handler was busy, want 30 to 125 (120 at most held back, some held)", n)
 	}
 	l.busy.Store(false)
-	waitFor(t, 10*time.Second, "the rest", func() bool { return l.rowCount() == 40 })
+	waitFor(t, 10*time.Second, "the rest", func() bool { return l.rowCount() == 150 })
 	cancel()
 	if err := wait(t); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,8 @@
 // the batch's first record, then calls Process synchronously (a Handler
 // that implements Busy can hold a batch whose MaxWait passed back: it keeps
 // filling until it is full or the Handler is free, as long as the batches
-// held back of all partitions stay within MaxRows and MaxBytes). A partition's
+// held back of all partitions stay within four times MaxRows and MaxBytes).
+// A partition's
 // batches are therefore processed in order, one at a time, and different
 // partitions in parallel. RecordBatch.From is the ledger position for the
 // first batch of an assignment (-1 when there was none) and the previous

@@ -246,14 +246,14 @@ func timedUpdate(b *testing.B, spec string) measured {
 // a large broker would hide the child's own figure.
 func watchPeakRSS(pid int) func() (peak, anon, file int64) {
 	var peak, anon, file int64
-	fields := map[string]*int64{"VmHWM:": &peak, "RssAnon:": &anon, "RssFile:": &file}
+	fields := map[string]*int64{"VmHWM": &peak, "RssAnon": &anon, "RssFile": &file}
 	read := func() {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			return
 		}
 		for line := range strings.Lines(string(data)) {
-			name, v, _ := strings.Cut(line, " ")
+			name, v, _ := strings.Cut(line, ":")
 			if p := fields[name]; p != nil {
 				if kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
 					*p = max(*p, kib<<10)
