@@ -199,8 +199,8 @@ type measured struct {
 
 // timedUpdate runs `sluice update` of the spec as a child process and
 // returns its wall time and peak resident set size. With
-// SLUICE_BENCH_PROFILE_DIR set, the process writes its CPU profile there,
-// named after the spec's pipeline.
+// SLUICE_BENCH_PROFILE_DIR set, the process writes its CPU and heap
+// profiles there, named after the spec's pipeline.
 func timedUpdate(b *testing.B, spec string) measured {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -212,7 +212,7 @@ func timedUpdate(b *testing.B, spec string) measured {
 			b.Fatal(err)
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(string(text), "pipeline: "), "\n")
-		args = append(args, "--cpu-profile", filepath.Join(dir, name+".pprof"))
+		args = append(args, "--cpu-profile", filepath.Join(dir, name+".pprof"), "--mem-profile", filepath.Join(dir, name+".mem.pprof"))
 	}
 	cmd := exec.CommandContext(ctx, binary, args...)
 	var out bytes.Buffer

@@ -93,6 +93,36 @@ flows:
 	}
 }
 
+// TestProfiles checks that --cpu-profile and --mem-profile write profiles
+// (gzipped pprof) of a command.
+func TestProfiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	spec := `pipeline: p
+destination: {local: {path: ./data}}
+tables:
+  - name: t
+    columns: [{name: id, type: int64}]
+`
+	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cpu, mem := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "mem.pprof")
+	if res := sluice(t, "validate", "-f", path, "--cpu-profile", cpu, "--mem-profile", mem); res.code != 0 {
+		t.Fatalf("validate: exit %d\n%s", res.code, res.stderr)
+	}
+	for _, f := range []string{cpu, mem} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
+			t.Errorf("%s: %d bytes, not a gzipped profile", filepath.Base(f), len(data))
+		}
+	}
+}
+
 func TestShowFormatsAndUnknownTable(t *testing.T) {
 	t.Parallel()
 	forEachDestination(t, func(t *testing.T, d destination) {

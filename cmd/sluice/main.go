@@ -99,6 +99,7 @@ type globals struct {
 	// cpuProfile, when set, names a file that gets the command's CPU
 	// profile (hidden: for performance reports).
 	cpuProfile  string
+	memProfile  string
 	stopProfile func()
 }
 
@@ -121,6 +122,8 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	_ = root.PersistentFlags().MarkHidden("heartbeat-ttl")
 	root.PersistentFlags().StringVar(&g.cpuProfile, "cpu-profile", "", "write the command's CPU profile (pprof) to this file")
 	_ = root.PersistentFlags().MarkHidden("cpu-profile")
+	root.PersistentFlags().StringVar(&g.memProfile, "mem-profile", "", "write the command's heap profile (pprof: allocations over the whole command, and what is in use at its end) to this file")
+	_ = root.PersistentFlags().MarkHidden("mem-profile")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.startProfile() }
 	root.AddCommand(
 		newValidate(g),
@@ -134,29 +137,52 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	return root, g
 }
 
-// startProfile starts the CPU profile asked for by --cpu-profile.
+// startProfile starts the profiles asked for by --cpu-profile and
+// --mem-profile; endProfile writes them.
 func (g *globals) startProfile() error {
-	if g.cpuProfile == "" {
-		return nil
+	var stops []func()
+	if g.cpuProfile != "" {
+		f, err := os.Create(g.cpuProfile)
+		if err != nil {
+			return usageErr("--cpu-profile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		stops = append(stops, func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintln(g.stderr, "sluice: --cpu-profile:", err)
+			}
+		})
 	}
-	f, err := os.Create(g.cpuProfile)
-	if err != nil {
-		return usageErr("--cpu-profile: %v", err)
+	if g.memProfile != "" {
+		f, err := os.Create(g.memProfile)
+		if err != nil {
+			return usageErr("--mem-profile: %v", err)
+		}
+		stops = append(stops, func() {
+			err := pprof.Lookup("allocs").WriteTo(f, 0)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				fmt.Fprintln(g.stderr, "sluice: --mem-profile:", err)
+			}
+		})
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return fmt.Errorf("--cpu-profile: %w", err)
-	}
-	g.stopProfile = func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			fmt.Fprintln(g.stderr, "sluice: --cpu-profile:", err)
+	if len(stops) > 0 {
+		g.stopProfile = func() {
+			for _, stop := range stops {
+				stop()
+			}
 		}
 	}
 	return nil
 }
 
-// endProfile ends the CPU profile, if one runs.
+// endProfile ends the profiles, if any runs.
 func (g *globals) endProfile() {
 	if g.stopProfile != nil {
 		g.stopProfile()
