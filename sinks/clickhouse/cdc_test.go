@@ -291,6 +291,10 @@ func TestLastOfEachKey(t *testing.T) {
 	}{
 		{"distinct", []sinks.StateEntry{{Key: "a", Value: []byte("1")}, {Key: "b"}}, "a=1 b="},
 		{"repeated", []sinks.StateEntry{{Key: "a", Value: []byte("1")}, {Key: "b"}, {Key: "a", Value: []byte("2")}}, "b= a=2"},
+		{"in order, the table's state last", []sinks.StateEntry{{Key: "a"}, {Key: "b", Value: []byte("1")}, {Key: "", Value: []byte("t")}}, "a= b=1 =t"},
+		{"the table's state twice", []sinks.StateEntry{{Key: "", Value: []byte("1")}, {Key: "a"}, {Key: "", Value: []byte("2")}}, "a= =2"},
+		{"repeated in order", []sinks.StateEntry{{Key: "a", Value: []byte("1")}, {Key: "a", Value: []byte("2")}, {Key: "b"}}, "a=2 b="},
+		{"out of order", []sinks.StateEntry{{Key: "b"}, {Key: "a", Value: []byte("1")}}, "b= a=1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
@@ -178,7 +179,9 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 			deleted[i] = 1
 			continue
 		}
-		values[i] = string(e.Value)
+		// The column copies the bytes as it appends them: a string over
+		// them saves a copy of every state.
+		values[i] = unsafe.String(unsafe.SliceData(e.Value), len(e.Value))
 	}
 	names := []string{"target", "key", "value", "deleted", "version"}
 	if err := l.stage(ctx, cdcStateTable, names, []any{targets, keys, values, deleted, versions}, n); err != nil {
@@ -191,6 +194,9 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 // lastOfEachKey returns entries without the ones a later entry of the same
 // key overrides.
 func lastOfEachKey(entries []sinks.StateEntry) []sinks.StateEntry {
+	if distinctInOrder(entries) {
+		return entries
+	}
 	last := make(map[string]int, len(entries))
 	for i, e := range entries {
 		last[e.Key] = i
@@ -205,6 +211,22 @@ func lastOfEachKey(entries []sinks.StateEntry) []sinks.StateEntry {
 		}
 	}
 	return out
+}
+
+// distinctInOrder reports whether entries' keys are in increasing order,
+// but for the table's own state (key "") last, as a load's states come:
+// then no key repeats.
+func distinctInOrder(entries []sinks.StateEntry) bool {
+	n := len(entries)
+	if n > 1 && entries[n-1].Key == "" && entries[0].Key != "" {
+		n--
+	}
+	for i := 1; i < n; i++ {
+		if entries[i].Key <= entries[i-1].Key {
+			return false
+		}
+	}
+	return true
 }
 
 // cdcVersion returns the version of the load's next call of a phase on a
