@@ -120,8 +120,9 @@ func (s *KeyState) MarshalBinary() ([]byte, error) {
 	return s.encode()
 }
 
-// encoding returns the state's encoding without copying it.
-func (s *KeyState) encoding() (string, error) {
+// Encoding returns the state's encoding, as MarshalBinary does, without
+// copying it.
+func (s *KeyState) Encoding() (string, error) {
 	if s.enc != "" {
 		return s.enc, nil
 	}

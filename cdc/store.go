@@ -96,7 +96,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	encs := make([]string, len(miss))
 	for i, k := range miss {
 		if s := got[k]; s != nil {
-			if encs[i], err = s.encoding(); err != nil {
+			if encs[i], err = s.Encoding(); err != nil {
 				return nil, fmt.Errorf("state of key %x: %w", k, err)
 			}
 		}
@@ -153,7 +153,7 @@ func (c *Cache) Commit(out *Output) {
 	for i, kc := range out.States {
 		if kc.State != nil {
 			var err error
-			encs[i], err = kc.State.encoding()
+			encs[i], err = kc.State.Encoding()
 			bad[i] = err != nil
 		}
 	}

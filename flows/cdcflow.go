@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/cdc"
@@ -454,11 +455,11 @@ func writeOutput(ctx context.Context, ld sinks.Load, table string, out *cdc.Outp
 	for _, kc := range out.States {
 		e := sinks.StateEntry{Key: kc.Key}
 		if kc.State != nil {
-			v, err := kc.State.MarshalBinary()
+			enc, err := kc.State.Encoding()
 			if err != nil {
 				return fmt.Errorf("state of %s: %w", table, err)
 			}
-			e.Value = v
+			e.Value = stateBytes(enc)
 		}
 		entries = append(entries, e)
 	}
@@ -473,6 +474,17 @@ func writeOutput(ctx context.Context, ld sinks.Load, table string, out *cdc.Outp
 		return nil
 	}
 	return cl.PutState(ctx, table, entries)
+}
+
+// stateBytes returns a state's encoding as the bytes a sink's PutState
+// takes, sharing them: sinks read a state entry's value and never change
+// it. An encoding is never empty (it starts with its format version), and
+// an empty one would stay a state, not the nil that removes one.
+func stateBytes(enc string) []byte {
+	if enc == "" {
+		return []byte{}
+	}
+	return unsafe.Slice(unsafe.StringData(enc), len(enc))
 }
 
 // refresh answers Output.Refresh: a truncate arrived after rows it cannot

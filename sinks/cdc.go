@@ -53,7 +53,7 @@ type CDCLoad interface {
 // StateEntry is one piece of hidden CDC state.
 type StateEntry struct {
 	Key   string // "" is the table's own state
-	Value []byte // nil removes
+	Value []byte // nil removes; read only (it may share the caller's memory)
 }
 
 // StateReader reads the hidden state of committed loads.
