@@ -434,9 +434,19 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	})
 	e.refs = refs
 
-	// Keys, and the batch's events grouped by key.
-	var groups []group
+	// Keys, and the batch's events grouped by key, in slices sized once:
+	// grown by appending, their copies of pointers cost write barriers.
+	nkeys := 0
+	for j, r := range refs {
+		if j == 0 || keyStr[r.k0:r.k1] != keyStr[refs[j-1].k0:refs[j-1].k1] {
+			nkeys++
+		}
+	}
+	groups := make([]group, 0, nkeys+len(extra))
 	fresh := e.fresh[:0]
+	if cap(fresh) < len(refs) {
+		fresh = make([]event, 0, len(refs))
+	}
 	for j, r := range refs {
 		if j == 0 || keyStr[r.k0:r.k1] != keyStr[refs[j-1].k0:refs[j-1].k1] {
 			groups = append(groups, group{key: strings.Clone(keyStr[r.k0:r.k1])})
@@ -483,6 +493,7 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	}
 	a.out.Upserts = e.newRows(len(groups))
 	a.out.Deletes = e.newRows(0)
+	a.out.States = make([]KeyChange, 0, len(groups))
 	keys := make([]string, len(groups))
 	for g := range groups {
 		keys[g] = groups[g].key
@@ -537,7 +548,7 @@ func (e *Engine) applyKeys(a *applyCtx, groups []group, states map[string]*KeySt
 		lo, hi := i*len(groups)/w, (i+1)*len(groups)/w
 		parts[i] = a
 		if i > 0 {
-			out := &Output{Upserts: e.newRows(hi - lo), Deletes: e.newRows(0)}
+			out := &Output{Upserts: e.newRows(hi - lo), Deletes: e.newRows(0), States: make([]KeyChange, 0, hi-lo)}
 			parts[i] = e.newApplyCtx(a.in, a.now, a.refresh, out, i)
 		}
 		wg.Go(func() { errs[i] = run(parts[i], groups[lo:hi]) })
