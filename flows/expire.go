@@ -2,6 +2,10 @@ package flows
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,14 +38,7 @@ func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget,
 		return wg.Wait
 	}
 	for name, t := range targets {
-		// The flow whose retention is longest decides: forgetting later
-		// than a flow asks is safe, earlier is not.
-		var h *cdcHandler
-		for _, bh := range handlers {
-			if ch, ok := bh.(*cdcHandler); ok && ch.flow.Target == name && (h == nil || ch.cfg.TombstoneRetention > h.cfg.TombstoneRetention) {
-				h = ch
-			}
-		}
+		h := expiryHandler(name, handlers)
 		if h == nil {
 			continue
 		}
@@ -59,6 +56,42 @@ func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget,
 		})
 	}
 	return wg.Wait
+}
+
+// expireOnce is `update --expire`: one pass of expiry over every CDC
+// target's key states, after the flows ended, as run's loops make
+// periodically.
+func (r *runner) expireOnce(ctx context.Context, targets map[string]*cdcTarget, handlers []batchHandler) error {
+	lister, ok := r.sink.(sinks.StateLister)
+	if !ok {
+		return errors.New("--expire: the destination cannot list key states")
+	}
+	for _, name := range slices.Sorted(maps.Keys(targets)) {
+		h := expiryHandler(name, handlers)
+		if h == nil {
+			continue
+		}
+		n, err := r.expireTarget(ctx, targets[name], h, lister)
+		if err != nil {
+			return fmt.Errorf("expiry of %s: %w", name, err)
+		}
+		r.log.Info("expired state forgotten", "table", name, "keys", n)
+	}
+	return nil
+}
+
+// expiryHandler returns the handler whose flow decides a target's expiry:
+// of the flows writing it, the one whose tombstone_retention is longest
+// (forgetting later than a flow asks is safe, earlier is not); nil when no
+// CDC flow of the run writes it.
+func expiryHandler(target string, handlers []batchHandler) *cdcHandler {
+	var h *cdcHandler
+	for _, bh := range handlers {
+		if ch, ok := bh.(*cdcHandler); ok && ch.flow.Target == target && (h == nil || ch.cfg.TombstoneRetention > h.cfg.TombstoneRetention) {
+			h = ch
+		}
+	}
+	return h
 }
 
 // expireTarget runs the engine's expiry over every key of the target's

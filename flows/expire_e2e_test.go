@@ -74,3 +74,51 @@ func TestRunForgetsExpiredState(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateExpireForgetsExpiredState: `update --expire` forgets, after its
+// flows, a tombstone whose tombstone_retention has passed; a plain update
+// keeps it.
+func TestUpdateExpireForgetsExpiredState(t *testing.T) {
+	dests := destinations(t)
+	broker := startBroker(t)
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
+		dest := dests[dname]
+		t.Run(dname, func(t *testing.T) {
+			t.Parallel()
+			topic := "update_expire_" + dname
+			s := newStepper(t, broker.Addr(), dest(t), "tables:\n  - name: t\nflows:"+
+				flowYAML("f", topic, fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n    stored_as_scd_type: 1\n    tombstone_retention: 1s\n"))
+			s.produce(topic, U(1, "a", 1), U(2, "b", 1), D(1, 2))
+			s.update()
+			stateKeys := func() int {
+				ctx := context.Background()
+				sink, err := flows.OpenSink(ctx, s.p, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sink.Close()
+				keys, err := sink.(sinks.StateLister).StateKeys(ctx, "t", "", 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(keys)
+			}
+			time.Sleep(1100 * time.Millisecond) // past the retention
+			s.update()
+			if n := stateKeys(); n != 2 {
+				t.Fatalf("%d keys hold state after a plain update, want 2 (a live key and a tombstone)", n)
+			}
+			s.updateWith(flows.Options{Expire: true})
+			if n := stateKeys(); n != 1 {
+				t.Fatalf("%d keys hold state after update --expire, want 1: the tombstone was not forgotten", n)
+			}
+			// Without its tombstone, key 1 takes a change older than its delete.
+			s.produce(topic, U(1, "late", 1))
+			s.update()
+			want := []string{"1,late", "2,b"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("after a late change: %q, want %q", got, want)
+			}
+		})
+	}
+}

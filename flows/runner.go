@@ -79,6 +79,11 @@ type Options struct {
 	// a quarter of the retention, within [1m, 6h].
 	ExpireEvery time.Duration
 
+	// Expire makes update, once its flows ended without an error, go over
+	// every CDC target's key states once and forget what expired, as run
+	// does periodically.
+	Expire bool
+
 	// PollFiles is how often run looks for new files of files and
 	// snapshots flows; default DefaultPollFiles.
 	PollFiles time.Duration
@@ -229,6 +234,11 @@ func (r *runner) execute(ctx context.Context) error {
 	wg.Wait()
 	cancel()
 	waitExpire()
+	if errs == nil && r.opts.Expire && r.opts.Mode == ModeUpdate {
+		if err := r.expireOnce(ctx, targets, handlers); err != nil {
+			return err
+		}
+	}
 	return errs.ErrorOrNil()
 }
 

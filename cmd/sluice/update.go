@@ -16,6 +16,7 @@ func newUpdate(g *globals) *cobra.Command {
 		fullRefresh   bool
 		refresh       []string
 		allowDataLoss bool
+		expire        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "update",
@@ -23,7 +24,7 @@ func newUpdate(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := g.execute(cmd.Context(), flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
-				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Progress: cmd.ErrOrStderr()})
+				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Expire: expire, Progress: cmd.ErrOrStderr()})
 			if errors.Is(err, flows.ErrUnknownFlow) {
 				return &exitError{code: exitUsage, err: err}
 			}
@@ -34,6 +35,7 @@ func newUpdate(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&fullRefresh, "full-refresh", false, "empty every target and replay every flow from the start")
 	cmd.Flags().StringSliceVar(&refresh, "refresh", nil, "empty the targets of these flows (FLOW[,FLOW]) and replay every flow writing them from the start")
 	cmd.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false, "refresh even when a Kafka source no longer holds a flow's first offset")
+	cmd.Flags().BoolVar(&expire, "expire", false, "then go over every CDC target's key states and forget what tombstone_retention let expire, as run does periodically")
 	return cmd
 }
 
