@@ -59,6 +59,7 @@ type snapshotApply struct {
 	keyer       *cdc.Engine  // encodes keys (KeyOf)
 
 	dir       string
+	release   func()       // unlocks dir
 	rows      *spill       // the snapshot's rows
 	keys      *spill       // the target's current keys (SCD type 2), else nil
 	keySchema batch.Schema // the target's key columns
@@ -75,17 +76,18 @@ func (a *snapshotApply) cleanup() {
 		if err := os.RemoveAll(a.dir); err != nil {
 			a.r.log.Warn("snapshot spill not removed", "dir", a.dir, "err", err)
 		}
+		a.release()
 	}
 }
 
 // spillSnapshot reads every file of the snapshot once, spilling each row
 // by its key.
 func (a *snapshotApply) spillSnapshot(ctx context.Context, format string) error {
-	dir, err := os.MkdirTemp("", "sluice-snapshot-")
+	dir, release, err := newSpillDir(os.TempDir(), a.r.log)
 	if err != nil {
 		return fmt.Errorf("spill: %w", err)
 	}
-	a.dir = dir
+	a.dir, a.release = dir, release
 	a.rows = newSpill(dir, "rows", a.src, snapshotParts, maphash.MakeSeed())
 	var ord int64
 	for _, fl := range a.version.files {
