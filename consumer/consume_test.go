@@ -510,19 +510,27 @@ type busyLedger struct {
 
 func (l *busyLedger) Busy() bool { return l.busy.Load() }
 
+// startBusyConsume runs a consumer of topic t (with the given partitions)
+// into a busyLedger, busy from the start or not, with batches of at most
+// 30 rows and 50 ms; stop cancels it and returns its error.
+func startBusyConsume(t *testing.T, partitions int32, busy bool) (addr string, l *busyLedger, cfg Config, stop func() error) {
+	addr = startBroker(t, map[string]int32{"t": partitions})
+	l = &busyLedger{fakeLedger: newFakeLedger()}
+	l.busy.Store(busy)
+	cfg = testConfig(t, addr, "t")
+	cfg.MaxWait = 50 * time.Millisecond
+	cfg.MaxRows = 30
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	wait := runConsume(ctx, cfg, l)
+	return addr, l, cfg, func() error { cancel(); return wait(t) }
+}
+
 // TestBusyHandlerKeepsFilling checks that a batch whose MaxWait elapses
 // while the handler is busy is held back and keeps filling: it goes to
 // Process when it reaches MaxRows, or once the handler is no longer busy.
 func TestBusyHandlerKeepsFilling(t *testing.T) {
-	addr := startBroker(t, map[string]int32{"t": 1})
-	l := &busyLedger{fakeLedger: newFakeLedger()}
-	cfg := testConfig(t, addr, "t")
-	cfg.MaxWait = 50 * time.Millisecond
-	cfg.MaxRows = 30
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wait := runConsume(ctx, cfg, l)
-
+	addr, l, cfg, stop := startBusyConsume(t, 1, false)
 	produceN(t, addr, "t", []int32{0}, 1, 10)
 	waitFor(t, 10*time.Second, "the first record", func() bool { return l.rowCount() == 1 })
 	l.busy.Store(true)
@@ -536,8 +544,7 @@ func TestBusyHandlerKeepsFilling(t *testing.T) {
 	waitFor(t, 10*time.Second, "the full batch", func() bool { return l.rowCount() == 31 })
 	l.busy.Store(false)
 	waitFor(t, 10*time.Second, "the rest", func() bool { return l.rowCount() == 36 })
-	cancel()
-	if err := wait(t); err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	var rows []int
@@ -555,16 +562,7 @@ func TestBusyHandlerKeepsFilling(t *testing.T) {
 // past the bound go to Process, and the rest follow once the handler is
 // free.
 func TestBusyHandlerHoldsFourBatches(t *testing.T) {
-	addr := startBroker(t, map[string]int32{"t": 6})
-	l := &busyLedger{fakeLedger: newFakeLedger()}
-	l.busy.Store(true)
-	cfg := testConfig(t, addr, "t")
-	cfg.MaxWait = 50 * time.Millisecond
-	cfg.MaxRows = 30
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wait := runConsume(ctx, cfg, l)
-
+	addr, l, cfg, stop := startBusyConsume(t, 6, true)
 	produceN(t, addr, "t", []int32{0, 1, 2, 3, 4, 5}, 25, 10)
 	waitFor(t, 10*time.Second, "a batch past the bound", func() bool { return l.rowCount() > 0 })
 	time.Sleep(10 * cfg.MaxWait)
@@ -573,8 +571,7 @@ func TestBusyHandlerHoldsFourBatches(t *testing.T) {
 	}
 	l.busy.Store(false)
 	waitFor(t, 10*time.Second, "the rest", func() bool { return l.rowCount() == 150 })
-	cancel()
-	if err := wait(t); err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,6 +12,29 @@ import (
 	"github.com/sluicehq/sluice/sinks"
 )
 
+// newExpireStepper is a stepper of one SCD type 1 flow of topic whose
+// tombstone_retention is 1s, after an update of keys 1 and 2, key 1 then
+// deleted: the target holds key 2, the state a tombstone of key 1 too.
+func newExpireStepper(t *testing.T, broker, dest, topic string) *stepper {
+	s := newStepper(t, broker, dest, "tables:\n  - name: t\nflows:"+
+		flowYAML("f", topic, fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n    stored_as_scd_type: 1\n    tombstone_retention: 1s\n"))
+	s.produce(topic, U(1, "a", 1), U(2, "b", 1), D(1, 2))
+	s.update()
+	return s
+}
+
+// checkLateChangeApplies checks that key 1, its tombstone forgotten, takes
+// a change older than its delete.
+func (s *stepper) checkLateChangeApplies(topic string) {
+	s.t.Helper()
+	s.produce(topic, U(1, "late", 1))
+	s.update()
+	want := []string{"1,late", "2,b"}
+	if got := s.rows("t"); !slices.Equal(got, want) {
+		s.t.Fatalf("after a late change: %q, want %q", got, want)
+	}
+}
+
 // TestRunForgetsExpiredState: `run` forgets a tombstone once
 // tombstone_retention has passed, for a key that gets no more events; an
 // older change of that key arriving later applies again.
@@ -23,10 +46,7 @@ func TestRunForgetsExpiredState(t *testing.T) {
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()
 			topic := "expire_" + dname
-			s := newStepper(t, broker.Addr(), dest(t), "tables:\n  - name: t\nflows:"+
-				flowYAML("f", topic, fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n    stored_as_scd_type: 1\n    tombstone_retention: 1s\n"))
-			s.produce(topic, U(1, "a", 1), U(2, "b", 1), D(1, 2))
-			s.update()
+			s := newExpireStepper(t, broker.Addr(), dest(t), topic)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			sink, err := flows.OpenSink(ctx, s.p, nil)
@@ -64,13 +84,7 @@ func TestRunForgetsExpiredState(t *testing.T) {
 				t.Fatalf("run: %v", err)
 			}
 
-			// Without its tombstone, key 1 takes a change older than its delete.
-			s.produce(topic, U(1, "late", 1))
-			s.update()
-			want := []string{"1,late", "2,b"}
-			if got := s.rows("t"); !slices.Equal(got, want) {
-				t.Fatalf("after a late change: %q, want %q", got, want)
-			}
+			s.checkLateChangeApplies(topic)
 		})
 	}
 }
@@ -86,10 +100,7 @@ func TestUpdateExpireForgetsExpiredState(t *testing.T) {
 		t.Run(dname, func(t *testing.T) {
 			t.Parallel()
 			topic := "update_expire_" + dname
-			s := newStepper(t, broker.Addr(), dest(t), "tables:\n  - name: t\nflows:"+
-				flowYAML("f", topic, fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n    stored_as_scd_type: 1\n    tombstone_retention: 1s\n"))
-			s.produce(topic, U(1, "a", 1), U(2, "b", 1), D(1, 2))
-			s.update()
+			s := newExpireStepper(t, broker.Addr(), dest(t), topic)
 			stateKeys := func() int {
 				ctx := context.Background()
 				sink, err := flows.OpenSink(ctx, s.p, nil)
@@ -112,13 +123,7 @@ func TestUpdateExpireForgetsExpiredState(t *testing.T) {
 			if n := stateKeys(); n != 1 {
 				t.Fatalf("%d keys hold state after update --expire, want 1: the tombstone was not forgotten", n)
 			}
-			// Without its tombstone, key 1 takes a change older than its delete.
-			s.produce(topic, U(1, "late", 1))
-			s.update()
-			want := []string{"1,late", "2,b"}
-			if got := s.rows("t"); !slices.Equal(got, want) {
-				t.Fatalf("after a late change: %q, want %q", got, want)
-			}
+			s.checkLateChangeApplies(topic)
 		})
 	}
 }
