@@ -170,7 +170,7 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 	n := len(entries)
 	targets := make([]string, n)
 	keys := make([]string, n)
-	values := make([]string, n)
+	values := sizedStrings{values: make([]string, n)}
 	deleted := make([]uint8, n)
 	versions := make([]uint64, n)
 	for i, e := range entries {
@@ -181,7 +181,8 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 		}
 		// The column copies the bytes as it appends them: a string over
 		// them saves a copy of every state.
-		values[i] = unsafe.String(unsafe.SliceData(e.Value), len(e.Value))
+		values.values[i] = unsafe.String(unsafe.SliceData(e.Value), len(e.Value))
+		values.bytes += len(e.Value)
 	}
 	names := []string{"target", "key", "value", "deleted", "version"}
 	if err := l.stage(ctx, cdcStateTable, names, []any{targets, keys, values, deleted, versions}, n); err != nil {

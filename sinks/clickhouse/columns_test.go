@@ -5,7 +5,11 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"strings"
 	"testing"
+
+	chproto "github.com/ClickHouse/ch-go/proto"
+	chcolumn "github.com/ClickHouse/clickhouse-go/v2/lib/column"
 
 	"github.com/sluicehq/sluice/flows/batch"
 )
@@ -100,5 +104,62 @@ func TestLiteral(t *testing.T) {
 		if got := literal(in); got != want {
 			t.Errorf("literal(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestPresize checks that a String column made room for takes its values
+// as one that was not: the same rows, encoded the same.
+func TestPresize(t *testing.T) {
+	values := []string{"", "a", strings.Repeat("state", 100), "\x00\xff", strings.Repeat("x", 300)}
+	total := 0
+	for _, v := range values {
+		total += len(v)
+	}
+	encode := func(n int) []byte {
+		col, err := chcolumn.Type("String").Column("v", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		presize(col, n)
+		if col.Rows() != 0 {
+			t.Fatalf("presize(%d) left %d rows", n, col.Rows())
+		}
+		if _, err := col.Append(values); err != nil {
+			t.Fatal(err)
+		}
+		if col.Rows() != len(values) {
+			t.Fatalf("presize(%d): %d rows, want %d", n, col.Rows(), len(values))
+		}
+		var buf chproto.Buffer
+		col.Encode(&buf)
+		return buf.Buf
+	}
+	want := encode(0)
+	for _, n := range []int{total, total / 2, 10 * total} {
+		if got := encode(n); !bytes.Equal(got, want) {
+			t.Errorf("presize(%d): encoded %q, want %q", n, got, want)
+		}
+	}
+
+	// The point: 10,000 values of 400 bytes go in without the buffer
+	// growing value by value.
+	many := make([]string, 10_000)
+	for i := range many {
+		many[i] = strings.Repeat("s", 400)
+	}
+	allocs := func(n int) float64 {
+		return testing.AllocsPerRun(3, func() {
+			col, err := chcolumn.Type("String").Column("v", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			presize(col, n)
+			if _, err := col.Append(many); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if with, without := allocs(400*len(many)), allocs(0); with > without-10 {
+		t.Errorf("appending to a presized column took %.0f allocations, %.0f without: the buffer still grows", with, without)
 	}
 }

@@ -3,8 +3,10 @@ package clickhouse
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -212,9 +214,13 @@ func (l *load) stage(ctx context.Context, table string, names []string, vals []a
 		return fmt.Errorf("clickhouse: stage rows of %s: %w", table, err)
 	}
 	for i, v := range vals {
-		if native, ok := v.(nativeColumn); ok {
-			err = decodeColumn(bt, i, native, n)
-		} else {
+		switch v := v.(type) {
+		case nativeColumn:
+			err = decodeColumn(bt, i, v, n)
+		case sizedStrings:
+			presize(bt.Columns()[i], v.bytes)
+			err = bt.Column(i).Append(v.values)
+		default:
 			err = bt.Column(i).Append(v)
 		}
 		if err != nil {
@@ -245,6 +251,41 @@ func (s *Sink) stageValues(table string, cols []column, b *batch.Batch) (names [
 		}
 	}
 	return names, vals, nil
+}
+
+// sizedStrings is a String column's values with their total length, which
+// stage makes room for before appending them (see presize).
+type sizedStrings struct {
+	values []string
+	bytes  int
+}
+
+// presize makes an empty String column of a batch hold n bytes of values
+// without growing its buffer value by value, as appending them does (each
+// doubling copies what it holds): decoding one value of n bytes sizes the
+// buffer, and Reset keeps its capacity (ch-go's ColStr). It only saves
+// work: a column that does not keep the capacity grows as it would have.
+func presize(col interface {
+	Rows() int
+	Decode(*proto.Reader, int) error
+	Reset()
+}, n int) {
+	if n <= 0 || col.Rows() != 0 {
+		return
+	}
+	var hdr [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(hdr[:], uint64(n))
+	r := io.MultiReader(bytes.NewReader(hdr[:k]), io.LimitReader(zeros{}, int64(n)))
+	_ = col.Decode(proto.NewReader(r), 1) // on an error, Reset empties what it left too
+	col.Reset()
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // decodeColumn fills the batch's empty column i with n rows in native
