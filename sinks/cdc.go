@@ -58,7 +58,9 @@ type StateEntry struct {
 
 // StateReader reads the hidden state of committed loads.
 type StateReader interface {
-	// GetState returns the state of each key that has one.
+	// GetState returns the state of each key that has one, as of every
+	// load committed before the call (a load committing meanwhile may show
+	// or not).
 	GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error)
 }
 

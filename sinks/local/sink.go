@@ -98,8 +98,10 @@ type Sink struct {
 	queued      map[string][]stateJob
 	queuedLoads map[string]int
 	applying    bool
-	// syncStates (tests) applies a load's states within its commit.
-	syncStates bool
+	// syncStates (tests) applies a load's states within its commit;
+	// holdStates (tests) leaves them queued, with no goroutine applying
+	// them, for the next publish or GetState.
+	syncStates, holdStates bool
 
 	// crash, when set (by tests, with setCrash), is asked at each step of
 	// the commit protocol whether the process dies there; see crashAt. It

@@ -45,7 +45,7 @@ func (s *Sink) queueStates(table string, jobs []stateJob) {
 	for _, j := range jobs {
 		s.queuedLoads[j.loadID]++
 	}
-	if !s.applying && !s.closed.Load() {
+	if !s.applying && !s.closed.Load() && !s.holdStates {
 		s.applying = true
 		s.wg.Add(1)
 		go s.applyLoop(s.bg)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,5 +105,47 @@ func TestStatesAppliedAfterCommit(t *testing.T) {
 				t.Fatalf("staging holds %v", left)
 			}
 		})
+	}
+}
+
+// TestGetStateWhileALoadCommits checks that GetState answers with the
+// states of the loads committed before it was called when another load
+// commits while it publishes them (its states queued, not applied yet),
+// rather than failing as if a committed load's states could not be
+// applied; the next GetState shows the later load too.
+func TestGetStateWhileALoadCommits(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, testOpts(t.TempDir()))
+	s.holdStates = true // committed states wait for a publish or a GetState
+	if err := s.Ensure(ctx, []sinks.Table{custTable}); err != nil {
+		t.Fatal(err)
+	}
+	load := func(v string) cdcChange {
+		return cdcChange{up: []cust{{1, v, "", 1}}, states: []sinks.StateEntry{{Key: ck(1), Value: []byte(v)}}}
+	}
+	if err := commitCDC(ctx, s, custTable.Name, load("one")); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	s.setCrash(func(point string) bool {
+		if point == "get-state-published" {
+			once.Do(func() {
+				if err := commitCDC(ctx, s, custTable.Name, load("two")); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		return false
+	})
+	got, err := s.GetState(ctx, custTable.Name, []string{ck(1)})
+	if err != nil {
+		t.Fatalf("GetState while a load commits: %v", err)
+	}
+	if string(got[ck(1)]) != "one" {
+		t.Fatalf("state %q, want the first load's", got[ck(1)])
+	}
+	got, err = s.GetState(ctx, custTable.Name, []string{ck(1)})
+	if err != nil || string(got[ck(1)]) != "two" {
+		t.Fatalf("state %q (%v) after the second load, want its", got[ck(1)], err)
 	}
 }
