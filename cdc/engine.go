@@ -436,32 +436,30 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 
 	// Keys, and the batch's events grouped by key, in slices sized once:
 	// grown by appending, their copies of pointers cost write barriers.
+	newKey := func(j int) bool {
+		return j == 0 || keyStr[refs[j].k0:refs[j].k1] != keyStr[refs[j-1].k0:refs[j-1].k1]
+	}
 	nkeys := 0
-	for j, r := range refs {
-		if j == 0 || keyStr[r.k0:r.k1] != keyStr[refs[j-1].k0:refs[j-1].k1] {
+	for j := range refs {
+		if newKey(j) {
 			nkeys++
 		}
 	}
 	groups := make([]group, 0, nkeys+len(extra))
 	fresh := e.fresh[:0]
 	if cap(fresh) < len(refs) {
-		fresh = make([]event, 0, len(refs))
+		fresh = make([]event, 0, len(refs)) // never grown below: groups share it
 	}
+	start := 0 // of the current key's events
 	for j, r := range refs {
-		if j == 0 || keyStr[r.k0:r.k1] != keyStr[refs[j-1].k0:refs[j-1].k1] {
+		if newKey(j) {
 			groups = append(groups, group{key: strings.Clone(keyStr[r.k0:r.k1])})
+			start = j
 		}
 		fresh = append(fresh, event{seq: seqStr[r.s0:r.s1], pos: pos[r.row], del: ops[r.row] == OpDelete, seen: a.now, row: r.row})
+		groups[len(groups)-1].fresh = fresh[start : j+1 : j+1]
 	}
 	e.fresh = fresh
-	for g, j := 0, 0; g < len(groups); g++ {
-		k := j
-		for k < len(refs) && keyStr[refs[k].k0:refs[k].k1] == groups[g].key {
-			k++
-		}
-		groups[g].fresh = fresh[j:k:k]
-		j = k
-	}
 	if len(extra) > 0 {
 		have := make(map[string]bool, len(groups))
 		for _, g := range groups {

@@ -124,7 +124,7 @@ func benchCDC(b *testing.B, kind string) {
 			runs := []measured{appendRun}
 			for _, scd := range []int{1, 2} {
 				d := newDest()
-				text := fmt.Sprintf(cdcSpec, fmt.Sprintf("bench_%s_scd%d", src.order, scd), src.broker, d.yaml(), scd, batchRows)
+				text := cdcSpecText(fmt.Sprintf("bench_%s_scd%d", src.order, scd), d, src.broker, scd, batchRows)
 				if c := os.Getenv("SLUICE_BENCH_STATE_CACHE"); c != "" {
 					text = strings.Replace(text, "  - name: t\n", "  - name: t\n    state_cache: "+c+"\n", 1)
 				}

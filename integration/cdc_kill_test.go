@@ -58,7 +58,12 @@ flows:
 // spec's path.
 func writeCDCSpec(t testing.TB, pipeline string, d destination, addr string, scd, batchRows int) string {
 	t.Helper()
-	return writeSpecText(t, fmt.Sprintf(cdcSpec, pipeline, addr, d.yaml(), scd, batchRows))
+	return writeSpecText(t, cdcSpecText(pipeline, d, addr, scd, batchRows))
+}
+
+// cdcSpecText is cdcSpec filled in.
+func cdcSpecText(pipeline string, d destination, addr string, scd, batchRows int) string {
+	return fmt.Sprintf(cdcSpec, pipeline, addr, d.yaml(), scd, batchRows)
 }
 
 func writeSpecText(t testing.TB, text string) string {

@@ -144,49 +144,15 @@ func applyStates(db *bolt.DB, seq int64, staged string, between func() error) (b
 				done = true
 				return nil
 			}
-			meta, err := tx.CreateBucketIfNotExists(stateMeta)
-			if err != nil {
-				return err
-			}
-			old, err := migrateKeys(tx)
-			if err != nil {
-				return err
-			}
-			chunks, err := tx.CreateBucketIfNotExists(stateChunks)
-			if err != nil {
-				return err
-			}
-			chunks.FillPercent = stateFillPercent
-			n := len(ents)
-			if old != nil {
-				// The chunks are empty: the old states, merged with the load's,
-				// make them.
-				err = putPieces(chunks, mergeChunks(old, ents))
-			} else {
-				n, err = putStates(chunks, ents, stateTxChunks)
-			}
+			n, err := putSomeStates(tx, ents)
 			if err != nil {
 				return err
 			}
 			if ents = ents[n:]; len(ents) > 0 {
 				return nil // the next transaction goes on
 			}
-			if hasTable {
-				// bbolt keeps the slice until the transaction ends and never
-				// writes it: it shares p's bytes rather than copy them.
-				if table.del {
-					err = meta.Delete(stateTable)
-				} else {
-					err = meta.Put(stateTable, strBytes(table.v))
-				}
-				if err != nil {
-					return err
-				}
-			}
-			var through [8]byte
-			binary.BigEndian.PutUint64(through[:], uint64(seq))
 			applied, done = true, true
-			return meta.Put(stateThrough, through[:])
+			return finishStates(tx, seq, table, hasTable)
 		})
 		if err == nil && !done && between != nil {
 			err = between()
@@ -196,6 +162,53 @@ func applyStates(db *bolt.DB, seq int64, staged string, between func() error) (b
 		}
 	}
 	return applied, nil
+}
+
+// putSomeStates applies the first of ents (at most stateTxChunks chunks'
+// worth, at least one) to tx's chunks and returns how many it applied. A
+// state file made before chunks is moved into chunks first, with all of
+// ents.
+func putSomeStates(tx *bolt.Tx, ents []stateKV) (int, error) {
+	old, err := migrateKeys(tx)
+	if err != nil {
+		return 0, err
+	}
+	chunks, err := tx.CreateBucketIfNotExists(stateChunks)
+	if err != nil {
+		return 0, err
+	}
+	chunks.FillPercent = stateFillPercent
+	if old != nil {
+		// The chunks are empty: the old states, merged with the load's,
+		// make them.
+		return len(ents), putPieces(chunks, mergeChunks(old, ents))
+	}
+	return putStates(chunks, ents, stateTxChunks)
+}
+
+// finishStates sets, in a load's last state transaction, the table's own
+// state (when the load has one) and "through" to the load's seq.
+func finishStates(tx *bolt.Tx, seq int64, table stateKV, hasTable bool) error {
+	meta, err := tx.CreateBucketIfNotExists(stateMeta)
+	if err != nil {
+		return err
+	}
+	if hasTable {
+		// bbolt keeps the slice until the transaction ends and never
+		// writes it: it shares the staged pairs' bytes rather than copy
+		// them.
+		if table.del {
+			err = meta.Delete(stateTable)
+		} else {
+			err = meta.Put(stateTable, strBytes(table.v))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	var through [8]byte
+	binary.BigEndian.PutUint64(through[:], uint64(seq))
+	return meta.Put(stateThrough, through[:])
 }
 
 // migrateKeys returns the states of a state file made before chunks (one
