@@ -50,6 +50,16 @@ func benchKeys(n int) int {
 	return n / 10
 }
 
+// benchOrders is the event orders the CDC benchmarks run, both unless
+// SLUICE_BENCH_ORDERS names one (shuffled or keyed).
+func benchOrders() []string {
+	switch o := os.Getenv("SLUICE_BENCH_ORDERS"); o {
+	case "shuffled", "keyed":
+		return []string{o}
+	}
+	return []string{"shuffled", "keyed"}
+}
+
 // BenchmarkCDCLocal measures the throughput of SCD type 1 and type 2 flows
 // into the local destination against an append flow of the same messages,
 // each a `sluice update` of its own into a fresh destination, and the peak
@@ -90,7 +100,7 @@ func benchCDC(b *testing.B, kind string) {
 		size   int64
 	}
 	var sources []source
-	for _, order := range []string{"shuffled", "keyed"} {
+	for _, order := range benchOrders() {
 		msgs := changeMessages(1, cs, benchPartitions)
 		if order == "keyed" {
 			msgs = keyedMessages(cs, benchPartitions)
