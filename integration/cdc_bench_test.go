@@ -161,7 +161,9 @@ func benchCDC(b *testing.B, kind string) {
 				b.ReportMetric(float64(r.maxRSS)/(1<<20), name+"_peak_RSS_MiB")
 				b.ReportMetric(r.cpu.Seconds(), name+"_cpu_s")
 				b.ReportMetric(float64(r.anonRSS)/(1<<20), name+"_peak_anon_MiB")
-				line := fmt.Sprintf("  %-15s %9.0f events/s (%s, CPU %s), peak RSS %4d MiB (anon %d, file %d)", name, rate, r.took.Round(time.Millisecond), r.cpu.Round(10*time.Millisecond), r.maxRSS>>20, r.anonRSS>>20, r.fileRSS>>20)
+				b.ReportMetric(float64(r.liveHeap)/(1<<20), name+"_peak_live_heap_MiB")
+				line := fmt.Sprintf("  %-15s %9.0f events/s (%s, CPU %s), peak RSS %4d MiB (anon %d, file %d), live heap %d MiB",
+					name, rate, r.took.Round(time.Millisecond), r.cpu.Round(10*time.Millisecond), r.maxRSS>>20, r.anonRSS>>20, r.fileRSS>>20, r.liveHeap>>20)
 				if i > 0 {
 					ratio := appendRun.took.Seconds() / r.took.Seconds()
 					b.ReportMetric(ratio, name+"_vs_append")
@@ -204,25 +206,31 @@ type measured struct {
 	maxRSS int64         // bytes
 	// The peaks of the anonymous and the file-backed part of the RSS.
 	anonRSS, fileRSS int64
-	rows             int
+	// The peak of the live heap (what a collection found reachable): what
+	// sluice holds, without the room the collector leaves to grow.
+	liveHeap int64
+	rows     int
 }
 
 // timedUpdate runs `sluice update` of the spec as a child process and
-// returns its wall time and peak resident set size. With
+// returns its wall time, peak resident set size and peak live heap. With
 // SLUICE_BENCH_PROFILE_DIR set, the process writes its CPU and heap
-// profiles there, named after the spec's pipeline.
+// profiles there, named after the spec's pipeline: NAME.pprof (CPU),
+// NAME.mem.pprof (allocations) and NAME.peak.pprof (the heap at its peak).
 func timedUpdate(b *testing.B, spec string) measured {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	args := []string{"update", "-f", spec}
+	livePeak := filepath.Join(b.TempDir(), "heap-peak")
+	args := []string{"update", "-f", spec, "--heap-peak", livePeak}
 	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
 		text, err := os.ReadFile(spec)
 		if err != nil {
 			b.Fatal(err)
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(string(text), "pipeline: "), "\n")
-		args = append(args, "--cpu-profile", filepath.Join(dir, name+".pprof"), "--mem-profile", filepath.Join(dir, name+".mem.pprof"))
+		args = append(args, "--cpu-profile", filepath.Join(dir, name+".pprof"), "--mem-profile", filepath.Join(dir, name+".mem.pprof"),
+			"--heap-peak-profile", filepath.Join(dir, name+".peak.pprof"))
 	}
 	cmd := exec.CommandContext(ctx, binary, args...)
 	var out bytes.Buffer
@@ -243,7 +251,15 @@ func timedUpdate(b *testing.B, spec string) measured {
 		b.Fatalf("no resource usage for sluice update")
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return measured{took: took, cpu: cpu, maxRSS: maxRSS, anonRSS: anon, fileRSS: file}
+	text, err := os.ReadFile(livePeak)
+	if err != nil {
+		b.Fatalf("sluice update -f %s: no live heap peak: %v", spec, err)
+	}
+	live, err := strconv.ParseInt(strings.TrimSpace(string(text)), 10, 64)
+	if err != nil {
+		b.Fatalf("sluice update -f %s: live heap peak %q: %v", spec, text, err)
+	}
+	return measured{took: took, cpu: cpu, maxRSS: maxRSS, anonRSS: anon, fileRSS: file, liveHeap: live}
 }
 
 // watchPeakRSS follows the peak resident set size (VmHWM, in bytes) of a

@@ -109,10 +109,19 @@ tables:
 		t.Fatal(err)
 	}
 	cpu, mem := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "mem.pprof")
-	if res := sluice(t, "validate", "-f", path, "--cpu-profile", cpu, "--mem-profile", mem); res.code != 0 {
+	peak, peakProf := filepath.Join(dir, "peak"), filepath.Join(dir, "peak.pprof")
+	if res := sluice(t, "validate", "-f", path, "--cpu-profile", cpu, "--mem-profile", mem,
+		"--heap-peak", peak, "--heap-peak-profile", peakProf); res.code != 0 {
 		t.Fatalf("validate: exit %d\n%s", res.code, res.stderr)
 	}
-	for _, f := range []string{cpu, mem} {
+	data, err := os.ReadFile(peak)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := strconv.ParseUint(strings.TrimSuffix(string(data), "\n"), 10, 64); err != nil || n == 0 {
+		t.Errorf("--heap-peak wrote %q, want a positive number of bytes", data)
+	}
+	for _, f := range []string{cpu, mem, peakProf} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -98,9 +98,14 @@ type globals struct {
 
 	// cpuProfile, when set, names a file that gets the command's CPU
 	// profile (hidden: for performance reports).
-	cpuProfile  string
-	memProfile  string
-	stopProfile func()
+	cpuProfile string
+	memProfile string
+	// heapPeak and heapPeakProfile get the peak of the live heap (bytes,
+	// as text) and the heap profile taken at it (hidden: for memory
+	// reports).
+	heapPeak        string
+	heapPeakProfile string
+	stopProfile     func()
 }
 
 func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
@@ -124,6 +129,10 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	_ = root.PersistentFlags().MarkHidden("cpu-profile")
 	root.PersistentFlags().StringVar(&g.memProfile, "mem-profile", "", "write the command's heap profile (pprof: allocations over the whole command, and what is in use at its end) to this file")
 	_ = root.PersistentFlags().MarkHidden("mem-profile")
+	root.PersistentFlags().StringVar(&g.heapPeak, "heap-peak", "", "write the peak of the command's live heap (bytes) to this file")
+	_ = root.PersistentFlags().MarkHidden("heap-peak")
+	root.PersistentFlags().StringVar(&g.heapPeakProfile, "heap-peak-profile", "", "write the heap profile (pprof) taken when the command's live heap peaked to this file")
+	_ = root.PersistentFlags().MarkHidden("heap-peak-profile")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.startProfile() }
 	root.AddCommand(
 		newValidate(g),
@@ -137,8 +146,9 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	return root, g
 }
 
-// startProfile starts the profiles asked for by --cpu-profile and
-// --mem-profile; endProfile writes them.
+// startProfile starts the profiles asked for by --cpu-profile,
+// --mem-profile, --heap-peak and --heap-peak-profile; endProfile writes
+// them.
 func (g *globals) startProfile() error {
 	var stops []func()
 	if g.cpuProfile != "" {
@@ -169,6 +179,18 @@ func (g *globals) startProfile() error {
 			}
 			if err != nil {
 				fmt.Fprintln(g.stderr, "sluice: --mem-profile:", err)
+			}
+		})
+	}
+	if g.heapPeak != "" || g.heapPeakProfile != "" {
+		w := startHeapWatch(g.heapPeakProfile)
+		stops = append(stops, func() {
+			peak, err := w.stop()
+			if err == nil && g.heapPeak != "" {
+				err = os.WriteFile(g.heapPeak, fmt.Appendf(nil, "%d\n", peak), 0o644)
+			}
+			if err != nil {
+				fmt.Fprintln(g.stderr, "sluice: --heap-peak:", err)
 			}
 		})
 	}
