@@ -36,7 +36,9 @@ var ErrLeaseHeld = errors.New("another process holds the lease of this table")
 // compare bytewise.
 type CDCLoad interface {
 	Load
-	// Upsert stages rows that replace the rows of the same identity.
+	// Upsert stages rows that replace the rows of the same identity. The
+	// sink may keep rows, keys and seqs until the load ends, reading them
+	// only; the caller leaves them unchanged until then.
 	Upsert(ctx context.Context, table string, rows *batch.Batch, keys, seqs []string) error
 	// Remove stages the removal of rows by identity; rows holds them as
 	// they were (the target's schema), for destinations that delete by

@@ -88,7 +88,9 @@ type cdcChanges struct {
 
 // readChanges reads a load's staged changes of table (staged under the
 // load's id) as entry ce describes them, with the table's current columns.
-func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*cdcChanges, error) {
+// The upserts are taken from staged instead of the staged file when the
+// caller has them (upsertSchema(def.Schema) and ce.Upserts rows).
+func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry, staged *batch.Batch) (*cdcChanges, error) {
 	var rmKeys, rmSeqs []string
 	if ce.Removes > 0 {
 		p, err := readPairs(s.lay.stagedRemoves(loadID, table))
@@ -102,8 +104,15 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry) (*c
 	}
 	n := len(def.Schema.Columns)
 	ext := upsertSchema(def.Schema)
-	b := batch.New(ext, int(ce.Upserts))
-	if ce.Upserts > 0 {
+	b := staged
+	if b == nil {
+		b = batch.New(ext, int(ce.Upserts))
+	}
+	if staged != nil {
+		if int64(b.Len()) != ce.Upserts {
+			return nil, fmt.Errorf("%d upserts staged, the ledger says %d", b.Len(), ce.Upserts)
+		}
+	} else if ce.Upserts > 0 {
 		if err := readFile(s.lay.stagedUpserts(loadID, table), b, nil); err != nil {
 			return nil, err
 		}

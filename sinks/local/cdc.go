@@ -15,10 +15,17 @@ var _ sinks.CDCLoad = (*load)(nil)
 
 // cdcStage is what a load stages for one CDC target.
 type cdcStage struct {
-	def      tableDef
-	ext      batch.Schema // the table's columns, then _sluice_key and _sluice_seq
-	up       *fileWriter  // upserts, with their identities
-	upRows   int64
+	def     tableDef
+	ext     batch.Schema // the table's columns, then _sluice_key and _sluice_seq
+	up      *fileWriter  // upserts, with their identities
+	upRows  int64
+	upCalls int
+	// upBatch is what the load's only Upsert staged (the caller's rows and
+	// identities, as the staged file holds them); nil after a second one.
+	// Preparing the load takes it instead of reading the staged file back:
+	// the caller holds these rows until its load ends anyway, and a load of
+	// many upserts (a snapshot's) is not kept in memory.
+	upBatch  *batch.Batch
 	rm       *pairsWriter // removed identities
 	rmRows   int64
 	st       *pairsWriter // states
@@ -135,6 +142,11 @@ func (l *load) Upsert(ctx context.Context, table string, rows *batch.Batch, keys
 		return l.err
 	}
 	st.upRows += int64(len(keys))
+	if st.upCalls++; st.upCalls == 1 {
+		st.upBatch = ext
+	} else {
+		st.upBatch = nil
+	}
 	return nil
 }
 
@@ -278,7 +290,11 @@ func (l *load) prepare(ctx context.Context, ces []cdcEntry) error {
 		if err != nil {
 			return err
 		}
-		ch, err := l.s.readChanges(l.meta.LoadID, ce.Table, def, ce)
+		var staged *batch.Batch
+		if st := l.cdc[ce.Table]; st != nil && st.upBatch != nil && st.ext.Equal(upsertSchema(def.Schema)) {
+			staged = st.upBatch
+		}
+		ch, err := l.s.readChanges(l.meta.LoadID, ce.Table, def, ce, staged)
 		if err != nil {
 			return err
 		}
@@ -357,7 +373,7 @@ func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry, asy
 				if _, err := os.Stat(s.lay.stagingDir(e.LoadID)); err != nil {
 					return fmt.Errorf("committed load %s (seq %d): its staging folder is gone: %w", e.LoadID, e.Seq, err)
 				}
-				ch, err := s.readChanges(e.LoadID, table, def, ce)
+				ch, err := s.readChanges(e.LoadID, table, def, ce, nil)
 				if err != nil {
 					return fmt.Errorf("committed load %s (seq %d): %w", e.LoadID, e.Seq, err)
 				}

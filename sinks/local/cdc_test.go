@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -807,4 +808,82 @@ func TestPairs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPrepareTakesStagedUpserts checks that a load of one upsert is
+// prepared from the rows it staged, as read back from its staged file
+// would give them, and that a load of several upserts (a snapshot's) keeps
+// none in memory.
+func TestPrepareTakesStagedUpserts(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, testOpts(t.TempDir()))
+	if err := s.Ensure(ctx, []sinks.Table{custTable}); err != nil {
+		t.Fatal(err)
+	}
+	begin := func() (*load, sinks.CDCLoad) {
+		t.Helper()
+		ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: nextLoadID(), Pipeline: "p", Flow: "cdc", Targets: []string{custTable.Name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ld.(*load), ld.(sinks.CDCLoad)
+	}
+	l, cl := begin()
+	// Out of key order, a key twice (the later wins), NULLs, a removal.
+	rm, rk, rq := custRows([]cust{{7, "x", "", 1}})
+	if err := cl.Remove(ctx, custTable.Name, rm, rk, rq); err != nil {
+		t.Fatal(err)
+	}
+	up, uk, uq := custRows([]cust{{5, "e", "eu", 3}, {2, "b", "", 2}, {5, "f", "", 4}, {9, "i", "us", 2}})
+	if err := cl.Upsert(ctx, custTable.Name, up, uk, uq); err != nil {
+		t.Fatal(err)
+	}
+	st := l.cdc[custTable.Name]
+	if st.upBatch == nil {
+		t.Fatal("a load's only upsert is not kept for its preparation")
+	}
+	ces, err := l.finishCDC()
+	if err != nil || len(ces) != 1 {
+		t.Fatalf("finish: %v, %d tables", err, len(ces))
+	}
+	def, err := s.readTable(custTable.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := s.readChanges(l.meta.LoadID, custTable.Name, def, &ces[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromMemory, err := s.readChanges(l.meta.LoadID, custTable.Name, def, &ces[0], st.upBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowsOf := func(c *cdcChanges) [][]any {
+		var out [][]any
+		for _, r := range c.upRows {
+			out = append(out, c.up.Row(r))
+		}
+		return out
+	}
+	if !reflect.DeepEqual(rowsOf(fromMemory), rowsOf(fromFile)) ||
+		!slices.Equal(fromMemory.upKeys, fromFile.upKeys) || !slices.Equal(fromMemory.upSeqs, fromFile.upSeqs) ||
+		!slices.Equal(fromMemory.gone, fromFile.gone) {
+		t.Fatalf("changes from the staged rows\n%v %v %v\ndiffer from the staged file's\n%v %v %v",
+			rowsOf(fromMemory), fromMemory.upKeys, fromMemory.gone, rowsOf(fromFile), fromFile.upKeys, fromFile.gone)
+	}
+	if len(fromFile.upRows) != 3 || len(fromFile.gone) != 4 {
+		t.Fatalf("%d upserts and %d identities gone, want 3 and 4", len(fromFile.upRows), len(fromFile.gone))
+	}
+	l.discard()
+
+	l, cl = begin()
+	for range 2 {
+		if err := cl.Upsert(ctx, custTable.Name, up, uk, uq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.cdc[custTable.Name].upBatch != nil {
+		t.Fatal("a load of two upserts keeps one in memory")
+	}
+	l.discard()
 }
