@@ -103,22 +103,17 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry, sta
 		rmKeys, rmSeqs = p.a, p.b
 	}
 	n := len(def.Schema.Columns)
-	ext := upsertSchema(def.Schema)
-	b := staged
+	b, from := staged, "the load's staged rows"
 	if b == nil {
-		b = batch.New(ext, int(ce.Upserts))
+		b, from = batch.New(upsertSchema(def.Schema), int(ce.Upserts)), s.lay.stagedUpserts(loadID, table)
+		if ce.Upserts > 0 {
+			if err := readFile(from, b, nil); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if staged != nil {
-		if int64(b.Len()) != ce.Upserts {
-			return nil, fmt.Errorf("%d upserts staged, the ledger says %d", b.Len(), ce.Upserts)
-		}
-	} else if ce.Upserts > 0 {
-		if err := readFile(s.lay.stagedUpserts(loadID, table), b, nil); err != nil {
-			return nil, err
-		}
-		if int64(b.Len()) != ce.Upserts {
-			return nil, fmt.Errorf("%s: %d upserts, the ledger says %d", s.lay.stagedUpserts(loadID, table), b.Len(), ce.Upserts)
-		}
+	if int64(b.Len()) != ce.Upserts {
+		return nil, fmt.Errorf("%s: %d upserts, the ledger says %d", from, b.Len(), ce.Upserts)
 	}
 	c := newChanges(def.Kind == sinks.KindSCD2, rmKeys, rmSeqs, b.Vectors[n].Strs, b.Vectors[n+1].Strs)
 	c.up = &batch.Batch{Schema: def.Schema, Vectors: b.Vectors[:n]}

@@ -142,10 +142,10 @@ func (l *load) Upsert(ctx context.Context, table string, rows *batch.Batch, keys
 		return l.err
 	}
 	st.upRows += int64(len(keys))
-	if st.upCalls++; st.upCalls == 1 {
+	st.upCalls++
+	st.upBatch = nil
+	if st.upCalls == 1 {
 		st.upBatch = ext
-	} else {
-		st.upBatch = nil
 	}
 	return nil
 }
