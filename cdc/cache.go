@@ -22,8 +22,9 @@ import (
 // walk it: keys and encodings are appended to large byte segments, and
 // each key has a slot in one slice, found through a map from the key's
 // hash. A cache of millions of keys would otherwise be millions of objects
-// that every collection marks (10 million keys with a 2 GiB cache spent
-// more than twice the CPU of a 32 MiB one, nearly all of it collecting).
+// that every collection marks: 10 million keys into ClickHouse with a 2 GiB
+// cache took 111 s of CPU when each key was an object (44 s with a 32 MiB
+// cache), 52 s with segments.
 // Segments are only appended to, so a state handed out keeps its bytes
 // even once the cache dropped or replaced it; when replaced and dropped
 // bytes exceed a quarter of the bound, the live ones are copied into new
