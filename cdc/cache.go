@@ -99,7 +99,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	c.mu.Lock()
 	changes := c.changes
 	for _, k := range keys {
-		if i := c.find(k); i >= 0 {
+		if i, _ := c.find(k); i >= 0 {
 			c.touch(i)
 			if data := c.data(i); data != "" {
 				states = append(states, KeyState{enc: data})
@@ -130,13 +130,13 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	keep := c.changes == changes
 	for i, k := range miss {
 		s := got[k]
-		if j := c.find(k); j >= 0 && c.data(j) != encs[i] { // a Commit in between is newer
+		if j, h := c.find(k); j >= 0 && c.data(j) != encs[i] { // a Commit in between is newer
 			s = nil
 			if data := c.data(j); data != "" {
 				s = &KeyState{enc: data}
 			}
 		} else if j < 0 && keep {
-			c.put(k, encs[i])
+			c.set(k, h, j, encs[i])
 		}
 		if s != nil {
 			out[k] = s
@@ -238,18 +238,19 @@ func (c *Cache) data(i int32) string {
 	return unsafe.String(unsafe.SliceData(c.segs[s.dseg][s.doff:]), s.dlen)
 }
 
-// find returns the slot of key, or -1.
-func (c *Cache) find(key string) int32 {
-	i, ok := c.index[c.hash(key)]
+// find returns the slot of key (-1 when it is not held) and its hash.
+func (c *Cache) find(key string) (int32, uint64) {
+	h := c.hash(key)
+	i, ok := c.index[h]
 	if !ok {
-		return -1
+		return -1, h
 	}
 	for ; i >= 0; i = c.slots[i].chain {
 		if c.key(i) == key {
-			return i
+			return i, h
 		}
 	}
-	return -1
+	return -1, h
 }
 
 // appendBytes appends b to the segments and returns where it is.
@@ -266,41 +267,39 @@ func (c *Cache) appendBytes(b string) (seg, off int32) {
 
 // put keeps the encoded state of key ("": none).
 func (c *Cache) put(key string, data string) {
+	i, h := c.find(key)
+	c.set(key, h, i, data)
+}
+
+// set is put once key's slot i (-1: none) and hash h are known.
+func (c *Cache) set(key string, h uint64, i int32, data string) {
 	size := cacheItemOverhead + int64(len(key)) + int64(len(data))
 	if size > c.max {
-		c.forget(key)
+		if i >= 0 {
+			c.remove(i)
+		}
 		return
 	}
-	if i := c.find(key); i >= 0 { // updated in place: no new slot
+	if i >= 0 { // updated in place: no new slot
 		s := &c.slots[i]
 		c.used += int64(len(data)) - int64(s.dlen)
 		c.dead += int64(s.dlen)
-		s.dseg, s.doff, s.dlen = 0, 0, 0
-		if data != "" {
-			seg, off := c.appendBytes(data)
-			s = &c.slots[i]
-			s.dseg, s.doff, s.dlen = seg, off, int32(len(data))
-		}
+		c.setData(s, data)
 		c.touch(i)
 	} else {
-		h := c.hash(key)
-		i := c.free
-		if i >= 0 {
+		if i = c.free; i >= 0 {
 			c.free = c.slots[i].chain
 		} else {
 			i = int32(len(c.slots))
 			c.slots = append(c.slots, cacheSlot{})
 		}
-		kseg, koff := c.appendBytes(key)
-		s := cacheSlot{hash: h, kseg: kseg, koff: koff, klen: int32(len(key)), prev: -1, next: -1, chain: -1}
-		if data != "" {
-			s.dseg, s.doff = c.appendBytes(data)
-			s.dlen = int32(len(data))
-		}
+		s := &c.slots[i]
+		*s = cacheSlot{hash: h, klen: int32(len(key)), chain: -1}
+		s.kseg, s.koff = c.appendBytes(key)
+		c.setData(s, data)
 		if first, ok := c.index[h]; ok {
 			s.chain = first
 		}
-		c.slots[i] = s
 		c.index[h] = i
 		c.link(i)
 		c.used += size
@@ -314,8 +313,16 @@ func (c *Cache) put(key string, data string) {
 	}
 }
 
+// setData points slot s at a copy of data in the segments.
+func (c *Cache) setData(s *cacheSlot, data string) {
+	s.dseg, s.doff, s.dlen = 0, 0, int32(len(data))
+	if data != "" {
+		s.dseg, s.doff = c.appendBytes(data)
+	}
+}
+
 func (c *Cache) forget(key string) {
-	if i := c.find(key); i >= 0 {
+	if i, _ := c.find(key); i >= 0 {
 		c.remove(i)
 	}
 }

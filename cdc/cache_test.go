@@ -57,7 +57,7 @@ func TestCacheModel(t *testing.T) {
 					drop(last)
 				}
 			case 2:
-				i := c.find(k)
+				i, _ := c.find(k)
 				want, ok := model[k]
 				if (i >= 0) != ok {
 					t.Fatalf("key %q: held %v, model %v", k, i >= 0, ok)

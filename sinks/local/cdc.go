@@ -15,11 +15,10 @@ var _ sinks.CDCLoad = (*load)(nil)
 
 // cdcStage is what a load stages for one CDC target.
 type cdcStage struct {
-	def     tableDef
-	ext     batch.Schema // the table's columns, then _sluice_key and _sluice_seq
-	up      *fileWriter  // upserts, with their identities
-	upRows  int64
-	upCalls int
+	def    tableDef
+	ext    batch.Schema // the table's columns, then _sluice_key and _sluice_seq
+	up     *fileWriter  // upserts, with their identities
+	upRows int64
 	// upBatch is what the load's only Upsert staged (the caller's rows and
 	// identities, as the staged file holds them); nil after a second one.
 	// Preparing the load takes it instead of reading the staged file back:
@@ -141,12 +140,11 @@ func (l *load) Upsert(ctx context.Context, table string, rows *batch.Batch, keys
 		l.err = fmt.Errorf("local: upsert into %s: %w", table, err)
 		return l.err
 	}
-	st.upRows += int64(len(keys))
-	st.upCalls++
 	st.upBatch = nil
-	if st.upCalls == 1 {
+	if st.upRows == 0 {
 		st.upBatch = ext
 	}
+	st.upRows += int64(len(keys))
 	return nil
 }
 
