@@ -381,3 +381,15 @@ func compareAny(a, b any) int {
 	}
 	return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
 }
+
+// eachDestination runs fn as a parallel subtest per destination, in name
+// order; dest gives a fresh destination of that kind (its spec lines).
+func eachDestination(t *testing.T, fn func(t *testing.T, dname string, dest func(*testing.T) string)) {
+	dests := destinations(t)
+	for _, dname := range slices.Sorted(maps.Keys(dests)) {
+		t.Run(dname, func(t *testing.T) {
+			t.Parallel()
+			fn(t, dname, dests[dname])
+		})
+	}
+}

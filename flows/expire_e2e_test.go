@@ -3,7 +3,6 @@ package flows_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -39,91 +38,81 @@ func (s *stepper) checkLateChangeApplies(topic string) {
 // tombstone_retention has passed, for a key that gets no more events; an
 // older change of that key arriving later applies again.
 func TestRunForgetsExpiredState(t *testing.T) {
-	dests := destinations(t)
 	broker := startBroker(t)
-	for _, dname := range slices.Sorted(maps.Keys(dests)) {
-		dest := dests[dname]
-		t.Run(dname, func(t *testing.T) {
-			t.Parallel()
-			topic := "expire_" + dname
-			s := newExpireStepper(t, broker.Addr(), dest(t), topic)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sink, err := flows.OpenSink(ctx, s.p, nil)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "expire_" + dname
+		s := newExpireStepper(t, broker.Addr(), dest(t), topic)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sink, err := flows.OpenSink(ctx, s.p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sink.Close()
+		lister := sink.(sinks.StateLister)
+		stateKeys := func() int {
+			keys, err := lister.StateKeys(ctx, "t", "", 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer sink.Close()
-			lister := sink.(sinks.StateLister)
-			stateKeys := func() int {
-				keys, err := lister.StateKeys(ctx, "t", "", 100)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return len(keys)
-			}
-			if n := stateKeys(); n != 2 {
-				t.Fatalf("%d keys hold state after the update, want 2 (a live key and a tombstone)", n)
-			}
+			return len(keys)
+		}
+		if n := stateKeys(); n != 2 {
+			t.Fatalf("%d keys hold state after the update, want 2 (a live key and a tombstone)", n)
+		}
 
-			done := make(chan error, 1)
-			go func() {
-				done <- flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeRun, ExpireEvery: 100 * time.Millisecond,
-					HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
-			}()
-			deadline := time.Now().Add(30 * time.Second)
-			for stateKeys() != 1 {
-				if time.Now().After(deadline) {
-					cancel()
-					t.Fatalf("%d keys hold state after the retention, want 1: the tombstone was not forgotten", stateKeys())
-				}
-				time.Sleep(50 * time.Millisecond)
+		done := make(chan error, 1)
+		go func() {
+			done <- flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeRun, ExpireEvery: 100 * time.Millisecond,
+				HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for stateKeys() != 1 {
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("%d keys hold state after the retention, want 1: the tombstone was not forgotten", stateKeys())
 			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("run: %v", err)
-			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
 
-			s.checkLateChangeApplies(topic)
-		})
-	}
+		s.checkLateChangeApplies(topic)
+	})
 }
 
 // TestUpdateExpireForgetsExpiredState: `update --expire` forgets, after its
 // flows, a tombstone whose tombstone_retention has passed; a plain update
 // keeps it.
 func TestUpdateExpireForgetsExpiredState(t *testing.T) {
-	dests := destinations(t)
 	broker := startBroker(t)
-	for _, dname := range slices.Sorted(maps.Keys(dests)) {
-		dest := dests[dname]
-		t.Run(dname, func(t *testing.T) {
-			t.Parallel()
-			topic := "update_expire_" + dname
-			s := newExpireStepper(t, broker.Addr(), dest(t), topic)
-			stateKeys := func() int {
-				ctx := context.Background()
-				sink, err := flows.OpenSink(ctx, s.p, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer sink.Close()
-				keys, err := sink.(sinks.StateLister).StateKeys(ctx, "t", "", 100)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return len(keys)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "update_expire_" + dname
+		s := newExpireStepper(t, broker.Addr(), dest(t), topic)
+		stateKeys := func() int {
+			ctx := context.Background()
+			sink, err := flows.OpenSink(ctx, s.p, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(1100 * time.Millisecond) // past the retention
-			s.update()
-			if n := stateKeys(); n != 2 {
-				t.Fatalf("%d keys hold state after a plain update, want 2 (a live key and a tombstone)", n)
+			defer sink.Close()
+			keys, err := sink.(sinks.StateLister).StateKeys(ctx, "t", "", 100)
+			if err != nil {
+				t.Fatal(err)
 			}
-			s.updateWith(flows.Options{Expire: true})
-			if n := stateKeys(); n != 1 {
-				t.Fatalf("%d keys hold state after update --expire, want 1: the tombstone was not forgotten", n)
-			}
-			s.checkLateChangeApplies(topic)
-		})
-	}
+			return len(keys)
+		}
+		time.Sleep(1100 * time.Millisecond) // past the retention
+		s.update()
+		if n := stateKeys(); n != 2 {
+			t.Fatalf("%d keys hold state after a plain update, want 2 (a live key and a tombstone)", n)
+		}
+		s.updateWith(flows.Options{Expire: true})
+		if n := stateKeys(); n != 1 {
+			t.Fatalf("%d keys hold state after update --expire, want 1: the tombstone was not forgotten", n)
+		}
+		s.checkLateChangeApplies(topic)
+	})
 }
