@@ -50,6 +50,15 @@ func benchKeys(n int) int {
 	return n / 10
 }
 
+// benchBatchRows is the batch.rows of the CDC benchmarks' flows, the
+// default 100,000 unless SLUICE_BENCH_BATCH_ROWS sets it.
+func benchBatchRows() int {
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_BATCH_ROWS")); err == nil && v > 0 {
+		return v
+	}
+	return 100_000
+}
+
 // benchOrders is the event orders the CDC benchmarks run, both unless
 // SLUICE_BENCH_ORDERS names one (shuffled or keyed).
 func benchOrders() []string {
@@ -113,7 +122,7 @@ func benchCDC(b *testing.B, kind string) {
 		sources = append(sources, src)
 	}
 	cs = nil
-	const batchRows = 100_000
+	batchRows := benchBatchRows()
 
 	newDest := func() destination {
 		if kind == "clickhouse" {
