@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -27,94 +26,96 @@ const pairsMagic = "SLP1"
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // pairsWriter writes a pairs file. It is not safe for concurrent use.
+// Pairs are encoded into buf, which goes to the file (and into the
+// checksum) a block at a time: a pair costs a few appends, not a write and
+// a checksum update per part.
 type pairsWriter struct {
 	f   *os.File
-	w   *bufio.Writer
+	buf *[]byte
 	crc uint32
 	n   int64
-	buf [2 * binary.MaxVarintLen64]byte
 	err error
 }
 
-// pairsBufs holds the write buffers of pairs files: a load writes one
-// file per output bucket file, and a buffer each would be most of what
-// it allocates.
-var pairsBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 256<<10) }}
+// pairsBlock is how many encoded bytes a pairsWriter gathers before it
+// writes them.
+const pairsBlock = 256 << 10
+
+// pairsBufs holds the buffers of pairs files: a load writes one file per
+// output bucket file, and a buffer each would be most of what it
+// allocates.
+var pairsBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, pairsBlock+4<<10)
+	return &b
+}}
 
 func createPairs(path string) (*pairsWriter, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	w := pairsBufs.Get().(*bufio.Writer)
-	w.Reset(f)
-	pw := &pairsWriter{f: f, w: w}
-	pw.write([]byte(pairsMagic))
-	return pw, nil
+	buf := pairsBufs.Get().(*[]byte)
+	*buf = append((*buf)[:0], pairsMagic...)
+	return &pairsWriter{f: f, buf: buf}, nil
 }
 
-func (pw *pairsWriter) write(p []byte) {
-	if pw.err != nil {
+// spill writes the encoded bytes to the file once they fill a block, or
+// always when all is set.
+func (pw *pairsWriter) spill(all bool) {
+	b := *pw.buf
+	if len(b) == 0 || (!all && len(b) < pairsBlock) || pw.err != nil {
 		return
 	}
-	if pw.w == nil {
-		pw.err = os.ErrClosed
-		return
-	}
-	pw.crc = crc32.Update(pw.crc, castagnoli, p)
-	_, pw.err = pw.w.Write(p)
-}
-
-func (pw *pairsWriter) writeString(s string) {
-	if pw.err != nil {
-		return
-	}
-	if pw.w == nil {
-		pw.err = os.ErrClosed
-		return
-	}
-	pw.crc = crc32.Update(pw.crc, castagnoli, strBytes(s))
-	_, pw.err = pw.w.WriteString(s)
-}
-
-func (pw *pairsWriter) uvarint(x uint64) {
-	n := binary.PutUvarint(pw.buf[:], x)
-	pw.write(pw.buf[:n])
+	pw.crc = crc32.Update(pw.crc, castagnoli, b)
+	_, pw.err = pw.f.Write(b)
+	*pw.buf = b[:0]
 }
 
 // add appends a pair whose b is present.
 func (pw *pairsWriter) add(a, b string) {
-	pw.uvarint(uint64(len(a)))
-	pw.writeString(a)
-	pw.uvarint(uint64(len(b)) + 1)
-	pw.writeString(b)
+	if pw.buf == nil {
+		pw.err = os.ErrClosed
+		return
+	}
+	buf := binary.AppendUvarint(*pw.buf, uint64(len(a)))
+	buf = append(buf, a...)
+	buf = binary.AppendUvarint(buf, uint64(len(b))+1)
+	*pw.buf = append(buf, b...)
 	pw.n++
+	pw.spill(false)
 }
 
 // addValue appends a pair whose b is a byte slice; nil is absent.
 func (pw *pairsWriter) addValue(a string, b []byte) {
-	pw.uvarint(uint64(len(a)))
-	pw.writeString(a)
-	if b == nil {
-		pw.uvarint(0)
-	} else {
-		pw.uvarint(uint64(len(b)) + 1)
-		pw.write(b)
+	if pw.buf == nil {
+		pw.err = os.ErrClosed
+		return
 	}
+	buf := binary.AppendUvarint(*pw.buf, uint64(len(a)))
+	buf = append(buf, a...)
+	if b == nil {
+		buf = binary.AppendUvarint(buf, 0)
+	} else {
+		buf = binary.AppendUvarint(buf, uint64(len(b))+1)
+		buf = append(buf, b...)
+	}
+	*pw.buf = buf
 	pw.n++
+	pw.spill(false)
 }
 
 // close writes the trailer, syncs and closes the file; it returns the
 // number of pairs.
 func (pw *pairsWriter) close() (int64, error) {
-	pw.uvarint(uint64(pw.n))
+	if pw.buf == nil {
+		return pw.n, os.ErrClosed
+	}
+	*pw.buf = binary.AppendUvarint(*pw.buf, uint64(pw.n))
+	pw.spill(true)
 	var sum [4]byte
 	binary.BigEndian.PutUint32(sum[:], pw.crc)
 	if pw.err == nil {
-		_, pw.err = pw.w.Write(sum[:])
-	}
-	if pw.err == nil {
-		pw.err = pw.w.Flush()
+		_, pw.err = pw.f.Write(sum[:])
 	}
 	if pw.err == nil {
 		pw.err = pw.f.Sync()
@@ -132,12 +133,14 @@ func (pw *pairsWriter) discard() {
 	pw.release()
 }
 
-// release returns the write buffer to the pool.
+// release returns the buffer to the pool, unless a very large pair grew it.
 func (pw *pairsWriter) release() {
-	if pw.w != nil {
-		pw.w.Reset(nil)
-		pairsBufs.Put(pw.w)
-		pw.w = nil
+	if pw.buf != nil {
+		if cap(*pw.buf) <= 4*pairsBlock {
+			*pw.buf = (*pw.buf)[:0]
+			pairsBufs.Put(pw.buf)
+		}
+		pw.buf = nil
 	}
 }
 
