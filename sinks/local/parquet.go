@@ -15,6 +15,7 @@ import (
 	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/compress/zstd"
 	"github.com/parquet-go/parquet-go/deprecated"
+	"github.com/parquet-go/parquet-go/encoding"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -519,12 +520,95 @@ func readChunk(cc parquet.ColumnChunk, c batch.Column, v *batch.Vector, vals []p
 		if err != nil {
 			return err
 		}
-		err = readPage(p, c, v, vals)
+		ok, err := readPageData(p, c, v)
+		if !ok && err == nil {
+			err = readPage(p, c, v, vals)
+		}
 		parquet.Release(p)
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// readPageData appends the rows of p to v straight from the page's decoded
+// buffer, without a parquet.Value per value: the path of the files this
+// package writes. It reports false, having appended nothing, for the pages
+// it leaves to readPage: dictionary-encoded or repeated ones, booleans and
+// 16-byte decimals. The strings of a page share one allocation.
+func readPageData(p parquet.Page, c batch.Column, v *batch.Vector) (bool, error) {
+	if p.Dictionary() != nil || len(p.RepetitionLevels()) > 0 {
+		return false, nil
+	}
+	defs := p.DefinitionLevels() // per row, 0 for NULL; none for a required column
+	rows := int(p.NumRows())
+	if defs != nil && len(defs) != rows {
+		return false, nil
+	}
+	nulls := 0
+	for _, d := range defs {
+		if d == 0 {
+			nulls++
+		}
+	}
+	data := p.Data()
+	var ints []int64
+	var ints32 []int32
+	var floats []float64
+	var bytes []byte
+	var offsets []uint32
+	switch kind := data.Kind(); {
+	case kind == encoding.Int64 && (c.Type.Kind == batch.KindInt64 || c.Type.Kind == batch.KindTimestamp ||
+		(c.Type.Kind == batch.KindDecimal && c.Type.Precision <= 18)):
+		ints = data.Int64()
+		if len(ints) != rows-nulls {
+			return false, nil
+		}
+	case kind == encoding.Int32 && c.Type.Kind == batch.KindDate:
+		ints32 = data.Int32()
+		if len(ints32) != rows-nulls {
+			return false, nil
+		}
+	case kind == encoding.Double && c.Type.Kind == batch.KindFloat64:
+		floats = data.Double()
+		if len(floats) != rows-nulls {
+			return false, nil
+		}
+	case kind == encoding.ByteArray && (c.Type.Kind == batch.KindString || c.Type.Kind == batch.KindBytes):
+		bytes, offsets = data.ByteArray()
+		if len(offsets) != rows-nulls+1 {
+			return false, nil
+		}
+	default:
+		return false, nil
+	}
+	var all string // the page's strings
+	if c.Type.Kind == batch.KindString {
+		all = string(bytes[offsets[0]:offsets[len(offsets)-1]])
+	}
+	j := 0 // the next value of the page
+	for i := range rows {
+		if defs != nil && defs[i] == 0 {
+			v.AppendNull()
+			continue
+		}
+		switch c.Type.Kind {
+		case batch.KindInt64, batch.KindTimestamp:
+			v.AppendInt(ints[j])
+		case batch.KindDecimal:
+			v.AppendDecimal(batch.Dec128FromInt64(ints[j]))
+		case batch.KindDate:
+			v.AppendInt(int64(ints32[j]))
+		case batch.KindFloat64:
+			v.AppendFloat(floats[j])
+		case batch.KindString:
+			v.AppendString(all[offsets[j]-offsets[0] : offsets[j+1]-offsets[0]])
+		case batch.KindBytes:
+			v.AppendBytes(append([]byte{}, bytes[offsets[j]:offsets[j+1]]...))
+		}
+		j++
+	}
+	return true, nil
 }
 
 func readPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Value) error {
