@@ -246,11 +246,15 @@ type cdcPlan struct {
 const planFile = "plan.json"
 
 // outKey names an output file: a bucket in a partition folder, and for a
-// split SCD type 2 target its current file or its new history file.
+// split SCD type 2 target its current file or a history file: the load's
+// new one (of 0), the one that replaces the rewritten history file of
+// number of (1-based, in the bucket's order), or for of one past the
+// bucket's history files, the one its merged history files make.
 type outKey struct {
 	bucket int
 	dir    string
 	hist   bool
+	of     int
 }
 
 // bucketOut is a bucket file being made, with its sidecar: the segments
@@ -572,12 +576,16 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 		ks = append(ks, x)
 	}
 	nCur := len(ks)
+	// replace maps the rewritten history files that stay files of their own
+	// (by index into ks) to their number in the bucket (outKey.of).
+	var replace map[int]int
 	if len(histFiles) > 0 {
 		var cands []ident
 		if curSeqs != nil {
 			cands = historyCandidates(p.goneBy[k.bucket], curSeqs)
 		}
-		var stay []int
+		var stay, lost []int // history files kept as they are, and those that lose rows
+		at := map[int]int{}  // index into histFiles of a file that loses rows -> into ks
 		for i, f := range histFiles {
 			read := rebucket || (ch.hasTrunc && string(f.MinSeq) < ch.trunc) || mayHold(f, cands)
 			if !read {
@@ -593,15 +601,48 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 				continue
 			}
 			changed = true
+			lost = append(lost, i)
+			at[i] = len(ks)
 			ks = append(ks, x)
 		}
 		if changed {
-			for _, i := range mergeHistory(histFiles, stay) {
-				x, err := scan(histFiles[i], nil)
-				if err != nil {
-					return err
+			// A file that loses rows is replaced by a file of the rest (when
+			// the buckets grow, by one in each bucket its rows go to), so
+			// that history files keep their age: late events rewrite the
+			// recent files holding the versions they split, not all history.
+			// When the files that lose rows hold most of the bucket's history
+			// anyway (late events all over it), they join the load's new
+			// history file instead: one file rather than many.
+			var lostRows, allRows int64
+			for _, f := range histFiles {
+				allRows += f.Rows
+			}
+			for _, i := range lost {
+				lostRows += histFiles[i].Rows
+			}
+			whole := !rebucket && 4*lostRows >= 3*allRows
+			replace = map[int]int{}
+			remain := stay
+			if !whole {
+				for _, i := range lost {
+					replace[at[i]] = i + 1
 				}
-				ks = append(ks, x)
+				remain = slices.Sorted(slices.Values(append(slices.Clone(stay), lost...)))
+			}
+			if !rebucket {
+				// The files merged go into one file of their own.
+				for _, i := range mergeHistory(histFiles, remain) {
+					j, ok := at[i]
+					if !ok {
+						x, err := scan(histFiles[i], nil)
+						if err != nil {
+							return err
+						}
+						j = len(ks)
+						ks = append(ks, x)
+					}
+					replace[j] = len(histFiles) + 1
+				}
 			}
 		}
 	}
@@ -648,7 +689,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			split[nb] = append(split[nb], i)
 		}
 		for _, nb := range bs {
-			t := outKey{bucket: nb, dir: k.dir}
+			t := outKey{bucket: nb, dir: k.dir, of: replace[j]}
 			rs := split[nb]
 			var err error
 			if len(rs) == len(keys) {
@@ -706,6 +747,9 @@ func (p *planner) finishAll(outs map[outKey]*bucketOut, part *planPart) error {
 			}
 			return -1
 		}
+		if a.of != b.of {
+			return a.of - b.of
+		}
 		return strings.Compare(a.dir, b.dir)
 	})
 	for i, t := range ts {
@@ -729,6 +773,9 @@ func (p *planner) create(t outKey) (*bucketOut, error) {
 		}
 	}
 	name := path.Join(t.dir, fmt.Sprintf("%s%05d-%012d.parquet", prefix, t.bucket, p.cur.Version+1))
+	if t.of > 0 {
+		name = path.Join(t.dir, fmt.Sprintf("%s%05d-%012d-%d.parquet", prefix, t.bucket, p.cur.Version+1, t.of))
+	}
 	if t.dir != "" {
 		p.mu.Lock()
 		if !p.dirs[t.dir] {

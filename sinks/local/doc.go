@@ -85,9 +85,14 @@
 // a closed version): such an identity's key has no current row in the
 // bucket, or one with a greater sequence (a key's current version is its
 // latest), and the file's sequence range holds it; only those files'
-// sidecars are read. A rewritten history file's remaining rows join the
-// load's new history file. When a bucket and folder would hold more than 8
-// history files, the load merges the smallest into its new one, leaving 4.
+// sidecars are read. A rewritten history file's remaining rows go to a
+// file that replaces it, h<bucket>-<version>-<n>.parquet, so that history
+// files keep their age (unless the files rewritten hold three quarters of
+// the bucket's history: then they join the load's new history file). When
+// a bucket and folder would hold more than 8 history files, the load merges
+// all but the 2 newest and the 2 largest others into one file,
+// h<bucket>-<version>-<n>.parquet too. When the buckets grow, each history
+// file is split into one per new bucket.
 // A file without a kind (as destinations made before the split have) holds
 // both; the first load touching its bucket splits it. SCD type 1 targets
 // keep one file per bucket and folder.

@@ -1,6 +1,8 @@
 package local
 
 import (
+	"bytes"
+	"cmp"
 	"slices"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -15,8 +17,12 @@ import (
 // existing history file only when it removes or replaces one of its rows
 // (a late event splitting or absorbing a closed version), or to merge the
 // bucket's history files when they exceed maxHistoryFiles. A rewritten
-// history file's remaining rows go into the load's new history file, so a
-// bucket still gains at most one file per load.
+// history file's remaining rows go into a file that replaces it, so that
+// history files keep their age and late events, which mostly split recently
+// closed versions, rewrite recent files only; a bucket still gains at most
+// one file per load. When the files a load rewrites hold most of the
+// bucket's history (late events all over it), their rows join the load's new
+// history file instead.
 //
 // Finding the history rows a load replaces without reading every history
 // sidecar rests on S2.2: a key's current version is its latest, so every
@@ -37,9 +43,9 @@ const (
 const endAtColumn = "__END_AT"
 
 // maxHistoryFiles bounds the history files of a bucket and folder: a load
-// that would leave more merges the smallest into its new history file,
-// down to half as many (each row is so rewritten a logarithmic number of
-// times).
+// that would leave more merges some into one (mergeHistory). A bucket's
+// rows are bounded (buckets split as the table grows), and so is what its
+// merges rewrite.
 const maxHistoryFiles = 8
 
 // splitColumn returns the index of __END_AT in an SCD type 2 target's
@@ -84,25 +90,30 @@ func mayHold(f fileEntry, cands []ident) bool {
 	return false
 }
 
-// mergeHistory returns which of a bucket's history files that stay (by
-// index into files) a load merges into its new history file: none while
-// the stayers and the new file number at most maxHistoryFiles, else the
-// smallest, leaving maxHistoryFiles/2 - 1 beside the new file.
-func mergeHistory(files []fileEntry, stay []int) []int {
-	if len(stay)+1 <= maxHistoryFiles {
+// recentHistoryFiles is how many of a bucket's history files, those
+// holding its greatest sequences, a merge leaves alone: they hold the
+// versions closed last, which late events split most often; merged into
+// an older file they would have every late event rewrite it.
+const recentHistoryFiles = 2
+
+// mergeHistory returns which of a bucket's history files that remain (by
+// index into files) a load merges into one history file: none while they
+// and the load's new history file number at most maxHistoryFiles; else all
+// but the recentHistoryFiles newest (by greatest sequence) and the
+// maxHistoryFiles/2 - recentHistoryFiles largest of the others. The merged
+// file is a file of its own, not the load's new one, so that the versions
+// the load closes start in a small file.
+func mergeHistory(files []fileEntry, remain []int) []int {
+	if len(remain)+1 <= maxHistoryFiles {
 		return nil
 	}
-	order := slices.Clone(stay)
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case files[a].Rows < files[b].Rows:
-			return -1
-		case files[a].Rows > files[b].Rows:
-			return 1
-		}
-		return 0
-	})
-	return order[:len(order)-(maxHistoryFiles/2-1)]
+	byAge := slices.Clone(remain)
+	slices.SortStableFunc(byAge, func(a, b int) int { return bytes.Compare(files[b].MaxSeq, files[a].MaxSeq) })
+	old := byAge[recentHistoryFiles:]
+	slices.SortStableFunc(old, func(a, b int) int { return cmp.Compare(files[a].Rows, files[b].Rows) })
+	merge := old[:len(old)-(maxHistoryFiles/2-recentHistoryFiles)]
+	slices.Sort(merge)
+	return merge
 }
 
 // put adds rows of b (rows sel[i], or i when sel is nil) with identities

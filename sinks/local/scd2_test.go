@@ -252,7 +252,9 @@ func TestSCD2HistoryFiles(t *testing.T) {
 	}
 
 	// A late event splitting k's first version [10, 20) rewrites the history
-	// file that holds it (its other rows join the load's new history file).
+	// file that holds it; the file holds most of the bucket's history, so
+	// its other rows join the load's new history file (see
+	// TestSCD2LateHistoryFiles).
 	cur = filesOf(t, s, 1, kindCurrent)
 	late := verChange{up: []ver{{k, "a", 10, 15}, {k, "late", 15, 20}}}
 	if got := apply(late); !slices.Equal(got, append(slices.Clone(cur), hist[0])) {
@@ -302,8 +304,116 @@ func TestSCD2HistoryFiles(t *testing.T) {
 	checkVer(t, openTest(t, opts), want)
 }
 
+// TestSCD2LateHistoryFiles checks where the rest of a history file a late
+// event rewrites goes: into a file of its own when the files rewritten hold
+// a minority of the bucket's history (history files keep their age, so that
+// late events rewrite the recent ones), into the load's new history file
+// when they hold most of it.
+func TestSCD2LateHistoryFiles(t *testing.T) {
+	ctx := context.Background()
+	opts := testOpts(t.TempDir())
+	opts.BucketRows = 64
+	s, want := verSetup(t, opts)
+	var keys []int64 // bucket 1's
+	for id := range int64(100) {
+		if bucketOf(bucketHash(ck(id)), 4) == 1 {
+			keys = append(keys, id)
+		}
+	}
+	n := int64(len(keys))
+	history := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, f := range manifestOf(t, s, verTable.Name).Files {
+			if f.Bucket == 1 && f.Kind == kindHistory {
+				out[f.Name] = f.Rows
+			}
+		}
+		return out
+	}
+	// apply commits c and returns the rows of bucket 1's history files it
+	// added, sorted, and the names of those it dropped.
+	apply := func(c verChange) (added []int64, dropped []string) {
+		t.Helper()
+		before := history()
+		if err := commitVer(ctx, s, c); err != nil {
+			t.Fatal(err)
+		}
+		want.apply(c)
+		checkVer(t, s, want)
+		after := history()
+		for name, rows := range after {
+			if _, ok := before[name]; !ok {
+				added = append(added, rows)
+			}
+		}
+		for name := range before {
+			if _, ok := after[name]; !ok {
+				dropped = append(dropped, name)
+			}
+		}
+		slices.Sort(added)
+		slices.Sort(dropped)
+		return added, dropped
+	}
+	// Two in-order loads close a version of every key of the bucket: three
+	// history files of n rows, [10, 20), [20, 30) and [30, 40).
+	for _, at := range []int64{20, 30} {
+		var c verChange
+		for _, id := range keys {
+			c.up = append(c.up, ver{id, fmt.Sprint("v", at), at, at + 10}, ver{id, fmt.Sprint("v", at+10), at + 10, 0})
+		}
+		if got, _ := apply(c); !slices.Equal(got, []int64{n}) {
+			t.Fatalf("an in-order load added history files of %v rows, want [%d]", got, n)
+		}
+	}
+	files := history()
+	holding := func(start int64) string {
+		for name := range files {
+			m := manifestOf(t, s, verTable.Name)
+			ids, err := readPairs(filepath.Join(s.lay.idsDir(verTable.Name, m.Version), name+idsSuffix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(ids.b, cs(start)) {
+				return name
+			}
+		}
+		t.Fatalf("no history file holds versions from %d", start)
+		return ""
+	}
+	f10, f20, f30 := holding(10), holding(20), holding(30)
+
+	// A late event in the [20, 30) file, a third of the history: the file
+	// is replaced by one of its other rows, the split's two versions go to
+	// the load's new file, the other files stay.
+	k := keys[0]
+	added, dropped := apply(verChange{up: []ver{{k, "v20", 20, 25}, {k, "late", 25, 30}}})
+	if !slices.Equal(added, []int64{2, n - 1}) || !slices.Equal(dropped, []string{f20}) {
+		t.Fatalf("a late event added files of %v rows and dropped %v; want [2 %d] and %s", added, dropped, n-1, f20)
+	}
+
+	// Late events in the [10, 20), [30, 40) and rest-of-[20, 30) files, most
+	// of the history: they all join the load's new file.
+	files = history()
+	rest := ""
+	for name, rows := range files {
+		if rows == n-1 {
+			rest = name
+		}
+	}
+	k2 := keys[1]
+	added, dropped = apply(verChange{up: []ver{{k2, "v10", 10, 15}, {k2, "late", 15, 20},
+		{k2, "v20", 20, 25}, {k2, "late", 25, 30}, {k2, "v30", 30, 35}, {k2, "late", 35, 40}}})
+	if gone := []string{f10, f30, rest}; !slices.Equal(dropped, slices.Sorted(slices.Values(gone))) || !slices.Equal(added, []int64{3*n + 2}) {
+		t.Fatalf("late events all over the history added files of %v rows and dropped %v; want [%d] and %v", added, dropped, 3*n+2, gone)
+	}
+	checkVer(t, openTest(t, opts), want)
+}
+
 // TestSCD2Rebucket grows the table past its buckets: every file, history
-// included, is rewritten into the new buckets.
+// included, is rewritten into the new buckets, each history file into a
+// file of its own in each (history files keep their age), beside the
+// load's new history file.
 func TestSCD2Rebucket(t *testing.T) {
 	ctx := context.Background()
 	opts := testOpts(t.TempDir())
@@ -318,8 +428,13 @@ func TestSCD2Rebucket(t *testing.T) {
 	}
 	want.apply(grow)
 	m := manifestOf(t, s, verTable.Name)
-	if m.Buckets != 16 || len(m.Files) != 32 {
-		t.Fatalf("%d buckets in %d files, want 16 in 32", m.Buckets, len(m.Files))
+	if m.Buckets != 16 || len(m.Files) != 48 {
+		t.Fatalf("%d buckets in %d files, want 16 in 48", m.Buckets, len(m.Files))
+	}
+	for b := range 16 {
+		if c, h := filesOf(t, s, b, kindCurrent), filesOf(t, s, b, kindHistory); len(c) != 1 || len(h) != 2 {
+			t.Fatalf("bucket %d: current files %v, history files %v; want one, and the old bucket's and the load's", b, c, h)
+		}
 	}
 	checkVer(t, s, want)
 }
@@ -419,8 +534,10 @@ func TestSCD2Crash(t *testing.T) {
 				t.Fatalf("Recover: %v", err)
 			}
 			checkVer(t, s2, want)
-			if n := len(filesOf(t, s2, 3, kindHistory)); tc.committed && !tc.late && n > maxHistoryFiles/2 {
-				t.Fatalf("%d history files after the merge, want at most %d", n, maxHistoryFiles/2)
+			// After a merge: the two newest, the two largest others, the merged
+			// file and the load's new one.
+			if n := len(filesOf(t, s2, 3, kindHistory)); tc.committed && !tc.late && n > maxHistoryFiles/2+2 {
+				t.Fatalf("%d history files after the merge, want at most %d", n, maxHistoryFiles/2+2)
 			}
 			// Publishing again changes nothing; the next load applies on top.
 			if _, err := s2.Recover(ctx); err != nil {
@@ -441,15 +558,22 @@ func TestSCD2Crash(t *testing.T) {
 }
 
 func TestHistoryHelpers(t *testing.T) {
-	files := []fileEntry{{Rows: 5}, {Rows: 1}, {Rows: 9}, {Rows: 2}, {Rows: 7}, {Rows: 3}, {Rows: 8}, {Rows: 4}, {Rows: 6}}
+	// Rows, and the greatest sequence: files 1 and 3 are the newest.
+	rows := []int64{5, 1, 9, 2, 7, 3, 8, 4, 6}
+	seqs := "394825176"
+	var files []fileEntry
+	for i, n := range rows {
+		files = append(files, fileEntry{Rows: n, MaxSeq: []byte{seqs[i]}})
+	}
 	tests := []struct {
 		name string
 		stay []int
 		want []int
 	}{
 		{"room for the new file", []int{0, 1, 2, 3, 4, 5, 6}, nil},
-		{"one too many: the smallest merged, three stay", []int{0, 1, 2, 3, 4, 5, 6, 7}, []int{1, 3, 5, 7, 0}},
-		{"some rewritten already", []int{0, 2, 4}, nil},
+		{"one too many: all but the two newest and the two largest others merged", []int{0, 1, 2, 3, 4, 5, 6, 7}, []int{0, 4, 5, 7}},
+		{"nine", []int{0, 1, 2, 3, 4, 5, 6, 7, 8}, []int{0, 4, 5, 7, 8}},
+		{"few", []int{0, 2, 4}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
