@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,14 +60,14 @@ func benchBatchRows() int {
 	return 100_000
 }
 
-// benchOrders is the event orders the CDC benchmarks run, both unless
-// SLUICE_BENCH_ORDERS names one (shuffled or keyed).
+// benchOrders is the event orders the CDC benchmarks run, all three unless
+// SLUICE_BENCH_ORDERS names one (shuffled, keyed or late).
 func benchOrders() []string {
 	switch o := os.Getenv("SLUICE_BENCH_ORDERS"); o {
-	case "shuffled", "keyed":
+	case "shuffled", "keyed", "late":
 		return []string{o}
 	}
-	return []string{"shuffled", "keyed"}
+	return []string{"shuffled", "keyed", "late"}
 }
 
 // BenchmarkCDCLocal measures the throughput of SCD type 1 and type 2 flows
@@ -80,10 +81,12 @@ func BenchmarkCDCLocal(b *testing.B) { benchCDC(b, "local") }
 func BenchmarkCDCClickHouse(b *testing.B) { benchCDC(b, "clickhouse") }
 
 // benchCDC produces 1M change events (SLUICE_BENCH_MESSAGES) over 100k keys
-// (SLUICE_BENCH_KEYS) in two orders, each to a broker of its own:
+// (SLUICE_BENCH_KEYS) in three orders, each to a broker of its own:
 //
 //   - keyed: as a CDC source writes them, each key's events in order in the
 //     partition its key hashes to;
+//   - late: keyed, but a tenth of the events arrive late, each by up to
+//     10,000 messages of its partition;
 //   - shuffled: the worst case, every key's events out of order and spread
 //     over the four partitions, so that nearly every batch changes the
 //     history of nearly every key.
@@ -110,9 +113,14 @@ func benchCDC(b *testing.B, kind string) {
 	}
 	var sources []source
 	for _, order := range benchOrders() {
-		msgs := changeMessages(1, cs, benchPartitions)
-		if order == "keyed" {
+		var msgs []consumer.Message
+		switch order {
+		case "shuffled":
+			msgs = changeMessages(1, cs, benchPartitions)
+		case "keyed":
 			msgs = keyedMessages(cs, benchPartitions)
+		case "late":
+			msgs = lateMessages(keyedMessages(cs, benchPartitions), benchPartitions, lateWindow)
 		}
 		src := source{order: order, broker: startBroker(b, map[string]int32{changesTopic: benchPartitions}).Addr()}
 		for _, m := range msgs {
@@ -182,6 +190,39 @@ func benchCDC(b *testing.B, kind string) {
 			}
 		}
 	}
+}
+
+// lateWindow is how many messages of its partition a late event of the
+// late order arrives after its place, at most.
+const lateWindow = 10_000
+
+// lateMessages delays a tenth of the messages of each partition, each by
+// up to window messages of its partition: a key's events in order but for
+// some that arrive late (a producer's retry, a source that reconnected),
+// placed in recent history. Deterministic.
+func lateMessages(msgs []consumer.Message, partitions, window int) []consumer.Message {
+	rng := rand.New(rand.NewPCG(3, 9))
+	type placed struct {
+		at int
+		m  consumer.Message
+	}
+	parts := make([][]placed, partitions)
+	for _, m := range msgs {
+		p := &parts[m.Partition]
+		at := len(*p)
+		if rng.IntN(10) == 0 {
+			at += 1 + rng.IntN(window)
+		}
+		*p = append(*p, placed{at, m})
+	}
+	out := make([]consumer.Message, 0, len(msgs))
+	for _, p := range parts {
+		slices.SortStableFunc(p, func(a, b placed) int { return cmp.Compare(a.at, b.at) })
+		for _, x := range p {
+			out = append(out, x.m)
+		}
+	}
+	return out
 }
 
 // keyedMessages orders events as a CDC source writes them: each key's
