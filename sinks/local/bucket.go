@@ -629,7 +629,13 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 				}
 				remain = slices.Sorted(slices.Values(append(slices.Clone(stay), lost...)))
 			}
-			if !rebucket {
+			if rebucket {
+				// Every file is rewritten anyway: all but the newest go into
+				// one file (in each new bucket).
+				for _, i := range oldHistory(histFiles, lost) {
+					replace[at[i]] = len(histFiles) + 1
+				}
+			} else {
 				// The files merged go into one file of their own.
 				for _, i := range mergeHistory(histFiles, remain) {
 					j, ok := at[i]

@@ -91,8 +91,9 @@
 // the bucket's history: then they join the load's new history file). When
 // a bucket and folder would hold more than 8 history files, the load merges
 // all but the 2 newest and the 2 largest others into one file,
-// h<bucket>-<version>-<n>.parquet too. When the buckets grow, each history
-// file is split into one per new bucket.
+// h<bucket>-<version>-<n>.parquet too. When the buckets grow, the 2 newest
+// history files each go to a file of their own in every new bucket, the
+// others to one.
 // A file without a kind (as destinations made before the split have) holds
 // both; the first load touching its bucket splits it. SCD type 1 targets
 // keep one file per bucket and folder.

@@ -107,13 +107,19 @@ func mergeHistory(files []fileEntry, remain []int) []int {
 	if len(remain)+1 <= maxHistoryFiles {
 		return nil
 	}
-	byAge := slices.Clone(remain)
-	slices.SortStableFunc(byAge, func(a, b int) int { return bytes.Compare(files[b].MaxSeq, files[a].MaxSeq) })
-	old := byAge[recentHistoryFiles:]
+	old := oldHistory(files, remain)
 	slices.SortStableFunc(old, func(a, b int) int { return cmp.Compare(files[a].Rows, files[b].Rows) })
 	merge := old[:len(old)-(maxHistoryFiles/2-recentHistoryFiles)]
 	slices.Sort(merge)
 	return merge
+}
+
+// oldHistory returns the history files of some (by index into files) but
+// the recentHistoryFiles newest: those holding the greatest sequences.
+func oldHistory(files []fileEntry, some []int) []int {
+	byAge := slices.Clone(some)
+	slices.SortStableFunc(byAge, func(a, b int) int { return bytes.Compare(files[b].MaxSeq, files[a].MaxSeq) })
+	return byAge[min(recentHistoryFiles, len(byAge)):]
 }
 
 // put adds rows of b (rows sel[i], or i when sel is nil) with identities

@@ -411,14 +411,29 @@ func TestSCD2LateHistoryFiles(t *testing.T) {
 }
 
 // TestSCD2Rebucket grows the table past its buckets: every file, history
-// included, is rewritten into the new buckets, each history file into a
-// file of its own in each (history files keep their age), beside the
-// load's new history file.
+// included, is rewritten into the new buckets; there, the two newest
+// history files stay files of their own (history files keep their age),
+// the others are merged into one, beside the load's new history file.
 func TestSCD2Rebucket(t *testing.T) {
 	ctx := context.Background()
 	opts := testOpts(t.TempDir())
-	opts.BucketRows = 64
+	opts.BucketRows = 80 // four buckets until the table grows
 	s, want := verSetup(t, opts)
+	// Three in-order loads: four history files a bucket, of the versions
+	// from 10, 20, 30 and 40.
+	for _, at := range []int64{20, 30, 40} {
+		var c verChange
+		for id := range int64(100) {
+			c.up = append(c.up, ver{id, fmt.Sprint("v", at), at, at + 10}, ver{id, fmt.Sprint("v", at+10), at + 10, 0})
+		}
+		if err := commitVer(ctx, s, c); err != nil {
+			t.Fatal(err)
+		}
+		want.apply(c)
+	}
+	if h := filesOf(t, s, 1, kindHistory); len(h) != 4 {
+		t.Fatalf("bucket 1 holds history files %v, want 4", h)
+	}
 	var grow verChange
 	for id := int64(5000); id < 5300; id++ {
 		grow.up = append(grow.up, ver{id, "g", 5, 7}, ver{id, "h", 7, 0})
@@ -427,16 +442,27 @@ func TestSCD2Rebucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.apply(grow)
+	checkVer(t, s, want)
 	m := manifestOf(t, s, verTable.Name)
-	if m.Buckets != 16 || len(m.Files) != 48 {
-		t.Fatalf("%d buckets in %d files, want 16 in 48", m.Buckets, len(m.Files))
+	if m.Buckets != 16 {
+		t.Fatalf("%d buckets, want 16", m.Buckets)
 	}
 	for b := range 16 {
-		if c, h := filesOf(t, s, b, kindCurrent), filesOf(t, s, b, kindHistory); len(c) != 1 || len(h) != 2 {
-			t.Fatalf("bucket %d: current files %v, history files %v; want one, and the old bucket's and the load's", b, c, h)
+		c, h := filesOf(t, s, b, kindCurrent), filesOf(t, s, b, kindHistory)
+		if len(c) != 1 || len(h) != 4 {
+			t.Fatalf("bucket %d: current files %v, history files %v; want one, and four (the two newest, the others merged, the load's)", b, c, h)
+		}
+		var starts []string
+		for _, f := range m.Files {
+			if f.Bucket == b && f.Kind == kindHistory {
+				starts = append(starts, string(f.MinSeq)+".."+string(f.MaxSeq))
+			}
+		}
+		slices.Sort(starts)
+		if want := []string{cs(5) + ".." + cs(5), cs(10) + ".." + cs(20), cs(30) + ".." + cs(30), cs(40) + ".." + cs(40)}; !slices.Equal(starts, want) {
+			t.Fatalf("bucket %d: history files of starts %v, want %v", b, starts, want)
 		}
 	}
-	checkVer(t, s, want)
 }
 
 // TestSCD2MixedFiles opens a table whose manifest has no file kinds, as
