@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
 )
@@ -92,9 +94,16 @@ func (m verModel) apply(c verChange) {
 // bucket, sidecars exact, sequence ranges holding the files' rows.
 func checkVer(t *testing.T, s *Sink, want verModel) {
 	t.Helper()
+	if err := verProblem(s, want); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// verProblem is checkVer's check: the first problem it finds.
+func verProblem(s *Sink, want verModel) error {
 	b, err := s.Scan(context.Background(), verTable.Name)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	got := verModel{}
 	for i := range b.Len() {
@@ -103,55 +112,59 @@ func checkVer(t *testing.T, s *Sink, want verModel) {
 			v.end = b.Vectors[3].Ints[i]
 		}
 		if _, dup := got[v.ident()]; dup {
-			t.Fatalf("version %+v twice", v)
+			return fmt.Errorf("version %+v twice", v)
 		}
 		got[v.ident()] = v
 	}
 	if len(got) != len(want) {
-		t.Fatalf("%d versions, want %d", len(got), len(want))
+		return fmt.Errorf("%d versions, want %d", len(got), len(want))
 	}
 	for id, w := range want {
 		if g, ok := got[id]; !ok || g != w {
-			t.Fatalf("version %v is %+v (present %v), want %+v", id, g, ok, w)
+			return fmt.Errorf("version %v is %+v (present %v), want %+v", id, g, ok, w)
 		}
 	}
-	m := manifestOf(t, s, verTable.Name)
+	m, err := s.current(verTable.Name)
+	if err != nil {
+		return err
+	}
 	hist := map[outKey]int{}
 	for _, f := range m.Files {
 		ids, err := readPairs(filepath.Join(s.lay.idsDir(verTable.Name, m.Version), f.Name+idsSuffix))
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		rows := batch.New(verSchema, 0)
 		if err := readFile(filepath.Join(s.lay.versionDir(verTable.Name, m.Version), f.Name), rows, nil); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if rows.Len() != ids.len() || int64(rows.Len()) != f.Rows {
-			t.Fatalf("%s: %d rows, %d identities, manifest %d", f.Name, rows.Len(), ids.len(), f.Rows)
+			return fmt.Errorf("%s: %d rows, %d identities, manifest %d", f.Name, rows.Len(), ids.len(), f.Rows)
 		}
 		if f.Kind == kindHistory {
 			hist[outKey{bucket: f.Bucket, dir: dirOf(f.Name)}]++
 		}
 		for i := range rows.Len() {
 			if ids.a[i] != ck(rows.Vectors[0].Ints[i]) || ids.b[i] != cs(rows.Vectors[2].Ints[i]) {
-				t.Fatalf("%s row %d: identity %q %q for id %d start %d", f.Name, i, ids.a[i], ids.b[i], rows.Vectors[0].Ints[i], rows.Vectors[2].Ints[i])
+				return fmt.Errorf("%s row %d: identity %q %q for id %d start %d", f.Name, i, ids.a[i], ids.b[i], rows.Vectors[0].Ints[i], rows.Vectors[2].Ints[i])
 			}
 			if bucketOf(bucketHash(ids.a[i]), m.Buckets) != f.Bucket {
-				t.Fatalf("%s row %d: key outside bucket %d", f.Name, i, f.Bucket)
+				return fmt.Errorf("%s row %d: key outside bucket %d", f.Name, i, f.Bucket)
 			}
 			if open := rows.Vectors[3].IsNull(i); open != (f.Kind == kindCurrent) && f.Kind != kindMixed {
-				t.Fatalf("%s (%s) row %d: open %v", f.Name, f.Kind, i, open)
+				return fmt.Errorf("%s (%s) row %d: open %v", f.Name, f.Kind, i, open)
 			}
 			if ids.b[i] < string(f.MinSeq) || (f.Kind != kindMixed && ids.b[i] > string(f.MaxSeq)) {
-				t.Fatalf("%s row %d: seq %q outside [%q, %q]", f.Name, i, ids.b[i], f.MinSeq, f.MaxSeq)
+				return fmt.Errorf("%s row %d: seq %q outside [%q, %q]", f.Name, i, ids.b[i], f.MinSeq, f.MaxSeq)
 			}
 		}
 	}
 	for k, n := range hist {
 		if n > maxHistoryFiles {
-			t.Fatalf("bucket %d holds %d history files, at most %d", k.bucket, n, maxHistoryFiles)
+			return fmt.Errorf("bucket %d holds %d history files, at most %d", k.bucket, n, maxHistoryFiles)
 		}
 	}
+	return nil
 }
 
 // filesOf returns the names of the current version's files of a bucket by
@@ -616,4 +629,105 @@ func TestHistoryHelpers(t *testing.T) {
 	if !mayHold(fileEntry{MinSeq: []byte("2"), MaxSeq: []byte("3")}, cands) || mayHold(fileEntry{MinSeq: []byte("4"), MaxSeq: []byte("8")}, cands) {
 		t.Fatal("mayHold misjudges a sequence range")
 	}
+}
+
+// TestSCD2LayoutModel applies random loads to an SCD type 2 target whose
+// buckets hold a handful of rows, so that late events replace history
+// files, merges run and the buckets grow: in-order changes (a key's current
+// version closed, a new one opened), late splits of closed versions, late
+// removals that join two closed versions, deletes, new keys. After every
+// load the table must equal a model of its versions and its layout must
+// hold (checkVer).
+func TestSCD2LayoutModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		dir, err := os.MkdirTemp("", "scd2-model-")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		opts := testOpts(dir)
+		opts.BucketRows = rapid.SampledFrom([]int{2, 8, 64}).Draw(rt, "bucketRows")
+		s, err := Open(ctx, opts)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Ensure(ctx, []sinks.Table{verTable}); err != nil {
+			rt.Fatal(err)
+		}
+		names := []string{"a", "b", "c"}
+		versions := map[int64][]ver{} // each key's, by start; the last is current
+		want := verModel{}
+		clock := int64(0) // in-order changes happen at clock, late ones before it
+		loads := rapid.IntRange(1, 24).Draw(rt, "loads")
+		for l := range loads {
+			var c verChange
+			used := map[int64]bool{}
+			for range rapid.IntRange(1, 8).Draw(rt, "changes") {
+				id := rapid.Int64Range(0, 20).Draw(rt, "id")
+				if used[id] {
+					continue
+				}
+				used[id] = true
+				vs := versions[id]
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				last := len(vs) - 1
+				switch kind := rapid.IntRange(0, 4).Draw(rt, "kind"); {
+				case len(vs) == 0 || (kind <= 1 && vs[last].end != 0): // a new key, or one deleted comes back
+					clock += 10
+					v := ver{id, name, clock, 0}
+					c.up = append(c.up, v)
+					vs = append(vs, v)
+				case kind <= 1: // in order
+					clock += 10
+					closed := vs[last]
+					closed.end = clock
+					v := ver{id, name, clock, 0}
+					c.up = append(c.up, closed, v)
+					vs = append(vs[:last], closed, v)
+				case kind == 4: // a delete closes the current version
+					if vs[last].end != 0 {
+						continue
+					}
+					clock += 10
+					vs[last].end = clock
+					c.up = append(c.up, vs[last])
+				case kind == 2: // a late event splits a closed version
+					i := rapid.IntRange(0, len(vs)-1).Draw(rt, "version")
+					v := vs[i]
+					if v.end == 0 || v.end-v.start < 2 {
+						continue
+					}
+					at := v.start + 1 + rapid.Int64Range(0, v.end-v.start-2).Draw(rt, "at")
+					left, right := ver{id, v.name, v.start, at}, ver{id, name, at, v.end}
+					c.up = append(c.up, left, right)
+					vs = slices.Insert(vs, i+1, right)
+					vs[i] = left
+				default: // a late removal joins two closed versions
+					if len(vs) < 3 {
+						continue
+					}
+					i := rapid.IntRange(0, len(vs)-3).Draw(rt, "version")
+					a, b := vs[i], vs[i+1]
+					joined := ver{id, a.name, a.start, b.end}
+					c.rm = append(c.rm, b)
+					c.up = append(c.up, joined)
+					vs = slices.Delete(vs, i+1, i+2)
+					vs[i] = joined
+				}
+				versions[id] = vs
+			}
+			if len(c.up) == 0 && len(c.rm) == 0 {
+				continue
+			}
+			if err := commitVer(ctx, s, c); err != nil {
+				rt.Fatalf("load %d: %v", l, err)
+			}
+			want.apply(c)
+			if err := verProblem(s, want); err != nil {
+				rt.Fatalf("after load %d: %v", l, err)
+			}
+		}
+	})
 }
