@@ -247,9 +247,9 @@ const planFile = "plan.json"
 
 // outKey names an output file: a bucket in a partition folder, and for a
 // split SCD type 2 target its current file or a history file: the load's
-// new one (of 0), the one that replaces the rewritten history file of
-// number of (1-based, in the bucket's order), or for of one past the
-// bucket's history files, the one its merged history files make.
+// new one (of 0), the one replacing the bucket's history file number of
+// (1-based), or, for of one past the bucket's history files, the one its
+// merged history files make.
 type outKey struct {
 	bucket int
 	dir    string
@@ -576,8 +576,9 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 		ks = append(ks, x)
 	}
 	nCur := len(ks)
-	// replace maps the rewritten history files that stay files of their own
-	// (by index into ks) to their number in the bucket (outKey.of).
+	// replace maps history files read (by index into ks) to the output
+	// their rows go to (outKey.of); those it lacks join the load's new
+	// history file.
 	var replace map[int]int
 	if len(histFiles) > 0 {
 		var cands []ident
@@ -630,8 +631,9 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 				remain = slices.Sorted(slices.Values(append(slices.Clone(stay), lost...)))
 			}
 			if rebucket {
-				// Every file is rewritten anyway: all but the newest go into
-				// one file (in each new bucket).
+				// Every file is rewritten anyway: all but the
+				// recentHistoryFiles newest go into one file (in each new
+				// bucket).
 				for _, i := range oldHistory(histFiles, lost) {
 					replace[at[i]] = len(histFiles) + 1
 				}

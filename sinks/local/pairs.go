@@ -60,14 +60,16 @@ func createPairs(path string) (*pairsWriter, error) {
 }
 
 // spill writes the encoded bytes to the file once they fill a block, or
-// always when all is set.
+// always when all is set; after an error it drops them.
 func (pw *pairsWriter) spill(all bool) {
 	b := *pw.buf
-	if len(b) == 0 || (!all && len(b) < pairsBlock) || pw.err != nil {
+	if !all && len(b) < pairsBlock {
 		return
 	}
-	pw.crc = crc32.Update(pw.crc, castagnoli, b)
-	_, pw.err = pw.f.Write(b)
+	if pw.err == nil && len(b) > 0 {
+		pw.crc = crc32.Update(pw.crc, castagnoli, b)
+		_, pw.err = pw.f.Write(b)
+	}
 	*pw.buf = b[:0]
 }
 

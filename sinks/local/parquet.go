@@ -520,8 +520,7 @@ func readChunk(cc parquet.ColumnChunk, c batch.Column, v *batch.Vector, vals []p
 		if err != nil {
 			return err
 		}
-		ok, err := readPageData(p, c, v)
-		if !ok && err == nil {
+		if !readPageData(p, c, v) {
 			err = readPage(p, c, v, vals)
 		}
 		parquet.Release(p)
@@ -533,17 +532,17 @@ func readChunk(cc parquet.ColumnChunk, c batch.Column, v *batch.Vector, vals []p
 
 // readPageData appends the rows of p to v straight from the page's decoded
 // buffer, without a parquet.Value per value: the path of the files this
-// package writes. It reports false, having appended nothing, for the pages
+// package writes. It returns false, having appended nothing, for the pages
 // it leaves to readPage: dictionary-encoded or repeated ones, booleans and
 // 16-byte decimals. The strings of a page share one allocation.
-func readPageData(p parquet.Page, c batch.Column, v *batch.Vector) (bool, error) {
+func readPageData(p parquet.Page, c batch.Column, v *batch.Vector) bool {
 	if p.Dictionary() != nil || len(p.RepetitionLevels()) > 0 {
-		return false, nil
+		return false
 	}
 	defs := p.DefinitionLevels() // per row, 0 for NULL; none for a required column
 	rows := int(p.NumRows())
 	if defs != nil && len(defs) != rows {
-		return false, nil
+		return false
 	}
 	nulls := 0
 	for _, d := range defs {
@@ -562,25 +561,25 @@ func readPageData(p parquet.Page, c batch.Column, v *batch.Vector) (bool, error)
 		(c.Type.Kind == batch.KindDecimal && c.Type.Precision <= 18)):
 		ints = data.Int64()
 		if len(ints) != rows-nulls {
-			return false, nil
+			return false
 		}
 	case kind == encoding.Int32 && c.Type.Kind == batch.KindDate:
 		ints32 = data.Int32()
 		if len(ints32) != rows-nulls {
-			return false, nil
+			return false
 		}
 	case kind == encoding.Double && c.Type.Kind == batch.KindFloat64:
 		floats = data.Double()
 		if len(floats) != rows-nulls {
-			return false, nil
+			return false
 		}
 	case kind == encoding.ByteArray && (c.Type.Kind == batch.KindString || c.Type.Kind == batch.KindBytes):
 		bytes, offsets = data.ByteArray()
 		if len(offsets) != rows-nulls+1 {
-			return false, nil
+			return false
 		}
 	default:
-		return false, nil
+		return false
 	}
 	var all string // the page's strings
 	if c.Type.Kind == batch.KindString {
@@ -608,7 +607,7 @@ func readPageData(p parquet.Page, c batch.Column, v *batch.Vector) (bool, error)
 		}
 		j++
 	}
-	return true, nil
+	return true
 }
 
 func readPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Value) error {
