@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -121,16 +119,7 @@ func formatAny(v any) string {
 
 func checkCodec(t *testing.T, path string, want format.CompressionCodec) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := openParquet(t, path)
 	for _, rg := range pf.Metadata().RowGroups {
 		for _, c := range rg.Columns {
 			if c.MetaData.Codec != want {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/big"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -102,16 +101,7 @@ func TestFileReadableByOtherReaders(t *testing.T) {
 	if err != nil || len(files) != 1 {
 		t.Fatalf("table folder holds %v (%v), want one Parquet file", files, err)
 	}
-	f, err := os.Open(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := openParquet(t, files[0])
 
 	type want struct {
 		physical format.Type
@@ -171,7 +161,7 @@ func TestFileReadableByOtherReaders(t *testing.T) {
 	}
 
 	rows := make([]allTypesRow, 3)
-	n, _ := parquet.NewGenericReader[allTypesRow](f).Read(rows)
+	n, _ := parquet.NewGenericReader[allTypesRow](pf).Read(rows)
 	if n != 2 {
 		t.Fatalf("generic reader read %d rows, want 2", n)
 	}
@@ -213,16 +203,7 @@ func TestFileStatistics(t *testing.T) {
 	if _, err := fw.close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, "f.parquet"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := openParquet(t, filepath.Join(dir, "f.parquet"))
 	cols := pf.Metadata().RowGroups[0].Columns
 	stats := cols[0].MetaData.Statistics
 	if lo, hi := int64(binary.LittleEndian.Uint64(stats.MinValue)), int64(binary.LittleEndian.Uint64(stats.MaxValue)); lo != -5 || hi != 7 {
@@ -393,16 +374,7 @@ func TestReadPageData(t *testing.T) {
 	if _, err := fw.close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := openParquet(t, path)
 	vals := make([]parquet.Value, valueChunk)
 	for i, c := range schema.Columns {
 		typed := c.Type.Kind != batch.KindBool && !(c.Type.Kind == batch.KindDecimal && c.Type.Precision > 18)

@@ -7,6 +7,26 @@ import (
 	"github.com/sluicehq/sluice/sinks"
 )
 
+// verBench returns a fresh ver table of keys keys, each with a current
+// version from start, and each key's current version's start.
+func verBench(b *testing.B, keys int, start int64) (*Sink, []int64) {
+	ctx := context.Background()
+	s := openTest(b, testOpts(b.TempDir()))
+	if err := s.Ensure(ctx, []sinks.Table{verTable}); err != nil {
+		b.Fatal(err)
+	}
+	last := make([]int64, keys)
+	var first verChange
+	for id := range int64(keys) {
+		first.up = append(first.up, ver{id, "a", start, 0})
+		last[id] = start
+	}
+	if err := commitVer(ctx, s, first); err != nil {
+		b.Fatal(err)
+	}
+	return s, last
+}
+
 // BenchmarkSCD2InOrder loads 10 batches of in-order changes into an SCD
 // type 2 target of 100,000 keys: each closes the current version of 20,000
 // keys and opens a new one, so the history grows by 20,000 versions a
@@ -16,19 +36,7 @@ func BenchmarkSCD2InOrder(b *testing.B) {
 	const keys = 100_000
 	for b.Loop() {
 		b.StopTimer()
-		s := openTest(b, testOpts(b.TempDir()))
-		if err := s.Ensure(ctx, []sinks.Table{verTable}); err != nil {
-			b.Fatal(err)
-		}
-		last := make([]int64, keys) // each key's current version's start
-		var first verChange
-		for id := range int64(keys) {
-			first.up = append(first.up, ver{id, "a", 1, 0})
-			last[id] = 1
-		}
-		if err := commitVer(ctx, s, first); err != nil {
-			b.Fatal(err)
-		}
+		s, last := verBench(b, keys, 1)
 		b.StartTimer()
 		for n := int64(2); n <= 11; n++ {
 			var c verChange
@@ -54,19 +62,7 @@ func BenchmarkSCD2Late(b *testing.B) {
 	const keys, loads, updates, late = 100_000, 40, 20_000, 2_000
 	for b.Loop() {
 		b.StopTimer()
-		s := openTest(b, testOpts(b.TempDir()))
-		if err := s.Ensure(ctx, []sinks.Table{verTable}); err != nil {
-			b.Fatal(err)
-		}
-		last := make([]int64, keys) // each key's current version's start
-		var first verChange
-		for id := range int64(keys) {
-			first.up = append(first.up, ver{id, "a", 10, 0})
-			last[id] = 10
-		}
-		if err := commitVer(ctx, s, first); err != nil {
-			b.Fatal(err)
-		}
+		s, last := verBench(b, keys, 10)
 		b.StartTimer()
 		var closed []ver // the versions the batch before closed
 		for n := int64(2); n <= loads+1; n++ {
