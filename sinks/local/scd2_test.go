@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -541,11 +542,23 @@ func TestSCD2Crash(t *testing.T) {
 			opts := testOpts(t.TempDir())
 			opts.BucketRows = 64
 			s1, want := verSetup(t, opts)
-			k := keysInBuckets(0, 1, 4, 3)[0]
-			// Fill bucket 3 with history files up to the bound.
+			var keys []int64 // bucket 3's
+			for id := range int64(100) {
+				if bucketOf(bucketHash(ck(id)), 4) == 3 {
+					keys = append(keys, id)
+				}
+			}
+			k := keys[0]
+			// Fill bucket 3 with history files up to the bound, each closing
+			// a version of every key of the bucket: the late split below
+			// rewrites one of eight files alike, which a file of its other
+			// rows replaces (or the merge takes).
 			seq := int64(20)
 			for range maxHistoryFiles - 1 {
-				c := verChange{up: []ver{{k, fmt.Sprint("v", seq), seq, seq + 10}, {k, fmt.Sprint("v", seq+10), seq + 10, 0}}}
+				var c verChange
+				for _, id := range keys {
+					c.up = append(c.up, ver{id, fmt.Sprint("v", seq), seq, seq + 10}, ver{id, fmt.Sprint("v", seq+10), seq + 10, 0})
+				}
 				if err := commitVer(ctx, s1, c); err != nil {
 					t.Fatal(err)
 				}
@@ -577,6 +590,11 @@ func TestSCD2Crash(t *testing.T) {
 			// file and the load's new one.
 			if n := len(filesOf(t, s2, 3, kindHistory)); tc.committed && !tc.late && n > maxHistoryFiles/2+2 {
 				t.Fatalf("%d history files after the merge, want at most %d", n, maxHistoryFiles/2+2)
+			}
+			// The crashed load's replaced or merged history went to files of
+			// their own (h<bucket>-<version>-<n>).
+			if h := filesOf(t, s2, 3, kindHistory); tc.committed && !slices.ContainsFunc(h, func(name string) bool { return strings.Count(name, "-") == 2 }) {
+				t.Fatalf("history files %v: none replaces or merges others", h)
 			}
 			// Publishing again changes nothing; the next load applies on top.
 			if _, err := s2.Recover(ctx); err != nil {
