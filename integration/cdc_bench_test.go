@@ -44,21 +44,7 @@ flows:
 
 // benchKeys is the number of keys of the CDC benchmarks' events, a tenth of
 // their number unless SLUICE_BENCH_KEYS sets it.
-func benchKeys(n int) int {
-	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_KEYS")); err == nil && v > 0 {
-		return v
-	}
-	return n / 10
-}
-
-// benchBatchRows is the batch.rows of the CDC benchmarks' flows, the
-// default 100,000 unless SLUICE_BENCH_BATCH_ROWS sets it.
-func benchBatchRows() int {
-	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_BATCH_ROWS")); err == nil && v > 0 {
-		return v
-	}
-	return 100_000
-}
+func benchKeys(n int) int { return benchEnv("SLUICE_BENCH_KEYS", n/10) }
 
 // benchOrders is the event orders the CDC benchmarks run, all three unless
 // SLUICE_BENCH_ORDERS names one (shuffled, keyed or late).
@@ -130,7 +116,7 @@ func benchCDC(b *testing.B, kind string) {
 		sources = append(sources, src)
 	}
 	cs = nil
-	batchRows := benchBatchRows()
+	batchRows := benchEnv("SLUICE_BENCH_BATCH_ROWS", 100_000)
 
 	newDest := func() destination {
 		if kind == "clickhouse" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/bits"
 	"os"
 	"path"
@@ -585,8 +586,9 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 		if curSeqs != nil {
 			cands = historyCandidates(p.goneBy[k.bucket], curSeqs)
 		}
-		var stay, lost []int // history files kept as they are, and those that lose rows
-		at := map[int]int{}  // index into histFiles of a file that loses rows -> into ks
+		var stay, lost []int      // history files kept as they are, and those that lose rows
+		at := map[int]int{}       // index into histFiles of a file that loses rows -> into ks
+		scanned := map[int]kept{} // the files kept that were scanned
 		for i, f := range histFiles {
 			read := rebucket || (ch.hasTrunc && string(f.MinSeq) < ch.trunc) || mayHold(f, cands)
 			if !read {
@@ -599,6 +601,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			}
 			if !rebucket && x.everything {
 				stay = append(stay, i)
+				scanned[i] = x
 				continue
 			}
 			changed = true
@@ -607,50 +610,22 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			ks = append(ks, x)
 		}
 		if changed {
-			// A file that loses rows is replaced by a file of the rest (when
-			// the buckets grow, by one in each bucket its rows go to), so
-			// that history files keep their age: late events rewrite the
-			// recent files holding the versions they split, not all history.
-			// When the files that lose rows hold most of the bucket's history
-			// anyway (late events all over it), they join the load's new
-			// history file instead: one file rather than many.
-			var lostRows, allRows int64
-			for _, f := range histFiles {
-				allRows += f.Rows
-			}
-			for _, i := range lost {
-				lostRows += histFiles[i].Rows
-			}
-			whole := !rebucket && 4*lostRows >= 3*allRows
 			replace = map[int]int{}
-			remain := stay
-			if !whole {
-				for _, i := range lost {
-					replace[at[i]] = i + 1
-				}
-				remain = slices.Sorted(slices.Values(append(slices.Clone(stay), lost...)))
-			}
-			if rebucket {
-				// Every file is rewritten anyway: all but the
-				// recentHistoryFiles newest go into one file (in each new
-				// bucket).
-				for _, i := range oldHistory(histFiles, lost) {
-					replace[at[i]] = len(histFiles) + 1
-				}
-			} else {
-				// The files merged go into one file of their own.
-				for _, i := range mergeHistory(histFiles, remain) {
-					j, ok := at[i]
+			of := historyOutputs(histFiles, stay, lost, rebucket)
+			for _, i := range slices.Sorted(maps.Keys(of)) {
+				j, ok := at[i]
+				if !ok { // a file that stays as it is, merged
+					x, ok := scanned[i]
 					if !ok {
-						x, err := scan(histFiles[i], nil)
-						if err != nil {
+						var err error
+						if x, err = scan(histFiles[i], nil); err != nil {
 							return err
 						}
-						j = len(ks)
-						ks = append(ks, x)
 					}
-					replace[j] = len(histFiles) + 1
+					j = len(ks)
+					ks = append(ks, x)
 				}
+				replace[j] = of[i]
 			}
 		}
 	}

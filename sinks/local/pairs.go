@@ -74,32 +74,26 @@ func (pw *pairsWriter) spill(all bool) {
 }
 
 // add appends a pair whose b is present.
-func (pw *pairsWriter) add(a, b string) {
-	if pw.buf == nil {
-		pw.err = os.ErrClosed
-		return
-	}
-	buf := binary.AppendUvarint(*pw.buf, uint64(len(a)))
-	buf = append(buf, a...)
-	buf = binary.AppendUvarint(buf, uint64(len(b))+1)
-	*pw.buf = append(buf, b...)
-	pw.n++
-	pw.spill(false)
-}
+func (pw *pairsWriter) add(a, b string) { pw.pair(a, b, true) }
 
 // addValue appends a pair whose b is a byte slice; nil is absent.
 func (pw *pairsWriter) addValue(a string, b []byte) {
+	pw.pair(a, unsafe.String(unsafe.SliceData(b), len(b)), b != nil)
+}
+
+// pair appends the pair (a, b), or (a, absent) when present is false.
+func (pw *pairsWriter) pair(a, b string, present bool) {
 	if pw.buf == nil {
 		pw.err = os.ErrClosed
 		return
 	}
 	buf := binary.AppendUvarint(*pw.buf, uint64(len(a)))
 	buf = append(buf, a...)
-	if b == nil {
-		buf = binary.AppendUvarint(buf, 0)
-	} else {
+	if present {
 		buf = binary.AppendUvarint(buf, uint64(len(b))+1)
 		buf = append(buf, b...)
+	} else {
+		buf = binary.AppendUvarint(buf, 0)
 	}
 	*pw.buf = buf
 	pw.n++

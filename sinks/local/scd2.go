@@ -90,6 +90,53 @@ func mayHold(f fileEntry, cands []ident) bool {
 	return false
 }
 
+// historyOutputs returns where the rows of a bucket's history files go
+// when a load rewrites the bucket, by index into files: to the file of
+// number of (outKey.of) for those in the map, else to the load's new
+// history file (files it does not list stay as they are, unless lost). lost
+// are the files that lose rows, stay the others.
+//
+// A file that loses rows is replaced by a file of the rest (when the
+// buckets grow, by one in each bucket its rows go to), so that history
+// files keep their age: late events rewrite the recent files holding the
+// versions they split, not all history. When the files that lose rows hold
+// three quarters of the bucket's history or more (late events all over
+// it), they join the load's new history file instead: one file rather than
+// many. The files merged (mergeHistory; when the buckets grow, all but the
+// recentHistoryFiles newest, since every file is rewritten anyway) go into
+// one file of their own, number len(files)+1.
+func historyOutputs(files []fileEntry, stay, lost []int, rebucket bool) map[int]int {
+	merged := len(files) + 1
+	of := map[int]int{}
+	if rebucket {
+		for _, i := range lost {
+			of[i] = i + 1
+		}
+		for _, i := range oldHistory(files, lost) {
+			of[i] = merged
+		}
+		return of
+	}
+	var lostRows, allRows int64
+	for _, f := range files {
+		allRows += f.Rows
+	}
+	for _, i := range lost {
+		lostRows += files[i].Rows
+	}
+	remain := stay
+	if 4*lostRows < 3*allRows {
+		for _, i := range lost {
+			of[i] = i + 1
+		}
+		remain = slices.Sorted(slices.Values(append(slices.Clone(stay), lost...)))
+	}
+	for _, i := range mergeHistory(files, remain) {
+		of[i] = merged
+	}
+	return of
+}
+
 // recentHistoryFiles is how many of a bucket's history files, those
 // holding its greatest sequences, a merge leaves alone: they hold the
 // versions closed last, which late events split most often; merged into

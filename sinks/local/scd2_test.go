@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,6 +207,28 @@ func verSetup(t *testing.T, opts Options) (*Sink, verModel) {
 	return s, want
 }
 
+// setupKeys returns the keys verSetup made that fall in the buckets (of
+// 4), or all of them.
+func setupKeys(buckets ...int) []int64 {
+	var out []int64
+	for id := range int64(100) {
+		if len(buckets) == 0 || slices.Contains(buckets, bucketOf(bucketHash(ck(id)), 4)) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// closeAt closes the current version of each key, from at, and opens one
+// from at+10.
+func closeAt(keys []int64, at int64) verChange {
+	var c verChange
+	for _, id := range keys {
+		c.up = append(c.up, ver{id, fmt.Sprint("v", at), at, at + 10}, ver{id, fmt.Sprint("v", at+10), at + 10, 0})
+	}
+	return c
+}
+
 func TestSCD2HistoryFiles(t *testing.T) {
 	ctx := context.Background()
 	opts := testOpts(t.TempDir())
@@ -328,12 +351,7 @@ func TestSCD2LateHistoryFiles(t *testing.T) {
 	opts := testOpts(t.TempDir())
 	opts.BucketRows = 64
 	s, want := verSetup(t, opts)
-	var keys []int64 // bucket 1's
-	for id := range int64(100) {
-		if bucketOf(bucketHash(ck(id)), 4) == 1 {
-			keys = append(keys, id)
-		}
-	}
+	keys := setupKeys(1)
 	n := int64(len(keys))
 	history := func() map[string]int64 {
 		out := map[string]int64{}
@@ -372,11 +390,7 @@ func TestSCD2LateHistoryFiles(t *testing.T) {
 	// Two in-order loads close a version of every key of the bucket: three
 	// history files of n rows, [10, 20), [20, 30) and [30, 40).
 	for _, at := range []int64{20, 30} {
-		var c verChange
-		for _, id := range keys {
-			c.up = append(c.up, ver{id, fmt.Sprint("v", at), at, at + 10}, ver{id, fmt.Sprint("v", at+10), at + 10, 0})
-		}
-		if got, _ := apply(c); !slices.Equal(got, []int64{n}) {
+		if got, _ := apply(closeAt(keys, at)); !slices.Equal(got, []int64{n}) {
 			t.Fatalf("an in-order load added history files of %v rows, want [%d]", got, n)
 		}
 	}
@@ -436,10 +450,7 @@ func TestSCD2Rebucket(t *testing.T) {
 	// Three in-order loads: four history files a bucket, of the versions
 	// from 10, 20, 30 and 40.
 	for _, at := range []int64{20, 30, 40} {
-		var c verChange
-		for id := range int64(100) {
-			c.up = append(c.up, ver{id, fmt.Sprint("v", at), at, at + 10}, ver{id, fmt.Sprint("v", at+10), at + 10, 0})
-		}
+		c := closeAt(setupKeys(), at)
 		if err := commitVer(ctx, s, c); err != nil {
 			t.Fatal(err)
 		}
@@ -542,12 +553,7 @@ func TestSCD2Crash(t *testing.T) {
 			opts := testOpts(t.TempDir())
 			opts.BucketRows = 64
 			s1, want := verSetup(t, opts)
-			var keys []int64 // bucket 3's
-			for id := range int64(100) {
-				if bucketOf(bucketHash(ck(id)), 4) == 3 {
-					keys = append(keys, id)
-				}
-			}
+			keys := setupKeys(3)
 			k := keys[0]
 			// Fill bucket 3 with history files up to the bound, each closing
 			// a version of every key of the bucket: the late split below
@@ -555,10 +561,7 @@ func TestSCD2Crash(t *testing.T) {
 			// rows replaces (or the merge takes).
 			seq := int64(20)
 			for range maxHistoryFiles - 1 {
-				var c verChange
-				for _, id := range keys {
-					c.up = append(c.up, ver{id, fmt.Sprint("v", seq), seq, seq + 10}, ver{id, fmt.Sprint("v", seq+10), seq + 10, 0})
-				}
+				c := closeAt(keys, seq)
 				if err := commitVer(ctx, s1, c); err != nil {
 					t.Fatal(err)
 				}
@@ -638,6 +641,21 @@ func TestHistoryHelpers(t *testing.T) {
 				t.Fatalf("merge %v, want %v", got, tc.want)
 			}
 		})
+	}
+	few := []fileEntry{{Rows: 10, MaxSeq: []byte("1")}, {Rows: 10, MaxSeq: []byte("2")}, {Rows: 80, MaxSeq: []byte("3")}}
+	for _, tc := range []struct {
+		name       string
+		stay, lost []int
+		rebucket   bool
+		want       map[int]int
+	}{
+		{"a minority rewritten: replaced", []int{1, 2}, []int{0}, false, map[int]int{0: 1}},
+		{"most rewritten: into the new file", []int{1}, []int{0, 2}, false, map[int]int{}},
+		{"buckets grow: the two newest apart, the rest merged", nil, []int{0, 1, 2}, true, map[int]int{0: 4, 1: 2, 2: 3}},
+	} {
+		if got := historyOutputs(few, tc.stay, tc.lost, tc.rebucket); !maps.Equal(got, tc.want) {
+			t.Errorf("%s: outputs %v, want %v", tc.name, got, tc.want)
+		}
 	}
 	gone := []ident{{"a", "5"}, {"a", "3"}, {"b", "1"}, {"c", "9"}}
 	cands := historyCandidates(gone, map[string]seqAt{"a": {"4", true}, "b": {}, "c": {"2", true}})
