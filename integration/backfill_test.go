@@ -322,7 +322,8 @@ func checkBackfill(t testing.TB, d destination, spec, table string, hive bool, w
 // chunks of 1,000 (ClickHouse: 3,000, across row groups) by an
 // append once-flow, and kills `sluice update` with SIGKILL three times at
 // random moments of its run, two of them aimed at the middle of a file (at
-// least one kill must leave the ledger showing a file read partly); an
+// least one kill must leave the ledger showing a file read partly: up to
+// three more kills aimed so are made until one does); an
 // update to the end then leaves every row in the target exactly once. A further update reads no
 // file again, and a full refresh loads every row once more, exactly once.
 func TestBackfillKilledThreeTimesLoadsEachRowOnce(t *testing.T) {
@@ -345,25 +346,29 @@ func TestBackfillKilledThreeTimesLoadsEachRowOnce(t *testing.T) {
 		want := backfillRows(files, true)
 		rng := rand.New(rand.NewPCG(seed, uint64(len(d.name())))) // one stream per destination
 
+		// Three kills, and up to three more while none left a file read
+		// partly: a kill aimed at the middle of a file can land after a
+		// load still in flight has finished that file.
 		var midFile int
-		for round := range 3 {
+		for round := 0; round < 3 || (midFile == 0 && round < 6); round++ {
+			aim := round != 2
 			read := filesRead(t, spec, "hist")
 			committed := 0
 			for _, p := range read {
 				committed += int(p.next) / batchRows
 			}
 			// A random moment within what is left of the run, in loads:
-			// rounds 0 and 1 aim at the middle of a file (files are read
-			// two at a time, so the aim is rough: the ledger tells where
-			// each kill fell), round 2 anywhere, after a random pause of up
-			// to 30 ms.
+			// every round but round 2 aims at the middle of a file (files
+			// are read two at a time, so the aim is rough: the ledger tells
+			// where each kill fell), round 2 anywhere, after a random pause
+			// of up to 30 ms.
 			loads := 1 + rng.IntN(max(1, (totalLoads-committed)/3))
 			jitter := time.Duration(rng.IntN(30)) * time.Millisecond
-			if round < 2 {
+			if aim {
 				loads += (perFileLoads/2 - (committed+loads)%perFileLoads + perFileLoads) % perFileLoads
 				jitter = 0
 			}
-			killUpdateAfterLoads(t, spec, loads, jitter, round < 2)
+			killUpdateAfterLoads(t, spec, loads, jitter, aim)
 			read = filesRead(t, spec, "hist")
 			var rows int64
 			done := 0
