@@ -1,12 +1,14 @@
 package local
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"sync"
 	"unsafe"
 
 	"github.com/klauspost/compress/s2"
@@ -173,6 +175,7 @@ func fileSchema(s batch.Schema, withLoadID bool) *parquet.Schema {
 // concurrent use.
 type fileWriter struct {
 	f       *os.File
+	buf     *bufio.Writer // from writeBufs, between w and f
 	w       *parquet.GenericWriter[any]
 	cols    []*parquet.ColumnWriter
 	schema  batch.Schema
@@ -205,7 +208,7 @@ func newFileWriter(path string, schema batch.Schema, loadID string, loadCol bool
 	opts := []parquet.WriterOption{
 		fileSchema(schema, loadCol),
 		parquet.Compression(codec),
-		parquet.WriteBufferSize(1 << 20),
+		parquet.WriteBufferSize(0), // buf instead
 		parquet.CreatedBy("sluice", "", ""),
 	}
 	// Min/max statistics of FIXED_LEN_BYTE_ARRAY decimals would compare the
@@ -216,9 +219,12 @@ func newFileWriter(path string, schema batch.Schema, loadID string, loadCol bool
 			opts = append(opts, parquet.SkipPageBounds(c.Name), parquet.SkipPageStatistics(c.Name))
 		}
 	}
-	w := parquet.NewGenericWriter[any](f, opts...)
+	buf := writeBufs.Get().(*bufio.Writer)
+	buf.Reset(f)
+	w := parquet.NewGenericWriter[any](buf, opts...)
 	return &fileWriter{
 		f:       f,
+		buf:     buf,
 		w:       w,
 		cols:    w.ColumnWriters(),
 		schema:  schema,
@@ -282,6 +288,10 @@ func (fw *fileWriter) flush() error {
 func (fw *fileWriter) close() (int64, error) {
 	err := fw.w.Close()
 	if err == nil {
+		err = fw.buf.Flush()
+	}
+	fw.release()
+	if err == nil {
 		err = fw.f.Sync()
 	}
 	var size int64
@@ -298,7 +308,24 @@ func (fw *fileWriter) close() (int64, error) {
 }
 
 // discard closes the file without finishing it.
-func (fw *fileWriter) discard() { fw.f.Close() }
+func (fw *fileWriter) discard() {
+	fw.release()
+	fw.f.Close()
+}
+
+// writeBufs holds the write buffers of files being written: a load writes
+// many files, and a buffer of its own for each would be garbage to collect.
+var writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 1<<20) }}
+
+// release returns the write buffer to writeBufs; the file takes no more
+// writes.
+func (fw *fileWriter) release() {
+	if fw.buf != nil {
+		fw.buf.Reset(nil)
+		writeBufs.Put(fw.buf)
+		fw.buf = nil
+	}
+}
 
 func strBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
@@ -388,7 +415,10 @@ func (fw *fileWriter) writeColumn(ci int, col batch.Column, v *batch.Vector, fro
 				if nulls != nil && nulls[off+i] {
 					vs[i] = parquet.Value{}
 				} else {
-					vs[i] = vs[i].Level(0, 1, ci)
+					// In place: assigning a whole Value writes its pointer,
+					// which costs a write barrier while the collector runs.
+					vs[i].SetDefinitionLevel(1)
+					vs[i].SetColumnIndex(ci)
 				}
 			}
 		}
