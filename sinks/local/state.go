@@ -137,14 +137,17 @@ func applyStates(db *bolt.DB, seq int64, staged string, between func() error) (b
 		return false, err
 	}
 	ents, table, hasTable := sortedStates(p)
+	arena := pieceArenas.Get().(*pieceArena)
+	defer pieceArenas.Put(arena)
 	applied := false
 	for done := false; !done; {
+		arena.reset() // the previous transaction has ended
 		err := db.Update(func(tx *bolt.Tx) error {
 			if readThrough(tx) >= seq {
 				done = true
 				return nil
 			}
-			n, err := putSomeStates(tx, ents)
+			n, err := putSomeStates(tx, ents, arena)
 			if err != nil {
 				return err
 			}
@@ -168,7 +171,7 @@ func applyStates(db *bolt.DB, seq int64, staged string, between func() error) (b
 // worth, at least one) to tx's chunks and returns how many it applied. A
 // state file made before chunks is moved into chunks first, with all of
 // ents.
-func putSomeStates(tx *bolt.Tx, ents []stateKV) (int, error) {
+func putSomeStates(tx *bolt.Tx, ents []stateKV, arena *pieceArena) (int, error) {
 	old, err := migrateKeys(tx)
 	if err != nil {
 		return 0, err
@@ -181,9 +184,9 @@ func putSomeStates(tx *bolt.Tx, ents []stateKV) (int, error) {
 	if old != nil {
 		// The chunks are empty: the old states, merged with the load's,
 		// make them.
-		return len(ents), putPieces(chunks, mergeChunks(old, ents))
+		return len(ents), putPieces(chunks, mergeChunks(old, ents, arena))
 	}
-	return putStates(chunks, ents, stateTxChunks)
+	return putStates(chunks, ents, stateTxChunks, arena)
 }
 
 // finishStates sets, in a load's last state transaction, the table's own

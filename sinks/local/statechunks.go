@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
@@ -132,7 +133,7 @@ func sortedStates(p *pairs) (ents []stateKV, table stateKV, hasTable bool) {
 // alone (at least one). Consecutive chunks that entries fall in are merged
 // with them and cut again into chunks of about chunkTarget bytes: chunks
 // shrunk by removals join their neighbours.
-func putStates(b *bolt.Bucket, ents []stateKV, maxChunks int) (int, error) {
+func putStates(b *bolt.Bucket, ents []stateKV, maxChunks int, arena *pieceArena) (int, error) {
 	if len(ents) == 0 {
 		return 0, nil
 	}
@@ -190,7 +191,7 @@ func putStates(b *bolt.Bucket, ents []stateKV, maxChunks int) (int, error) {
 				return i, err
 			}
 		}
-		pieces := mergeChunks(old, ents[i:j])
+		pieces := mergeChunks(old, ents[i:j], arena)
 		// The old chunks go once their states are copied into pieces.
 		for x := lo; x >= 0 && x <= hi; x++ {
 			if err := b.Delete([]byte(firsts[x])); err != nil {
@@ -216,6 +217,32 @@ func putPieces(b *bolt.Bucket, pieces []chunkPiece) error {
 	return nil
 }
 
+// pieceArena hands out the buffers of one transaction's chunk pieces from
+// a slab that the next transaction reuses: bbolt keeps a Put's value until
+// its transaction ends, and then has copied it into its pages. A nil
+// arena, or a full one, allocates.
+type pieceArena struct {
+	slab []byte
+	off  int
+}
+
+// pieceArenas holds arenas of about a transaction's pieces
+// (stateTxChunks chunks).
+var pieceArenas = sync.Pool{New: func() any { return &pieceArena{slab: make([]byte, 5<<20)} }}
+
+// take returns an empty buffer of capacity n.
+func (a *pieceArena) take(n int) []byte {
+	if a == nil || a.off+n > len(a.slab) {
+		return make([]byte, 0, n)
+	}
+	b := a.slab[a.off : a.off : a.off+n]
+	a.off += n
+	return b
+}
+
+// reset makes the whole slab free again, once no transaction uses it.
+func (a *pieceArena) reset() { a.off = 0 }
+
 // chunkPiece is a chunk to put: its first key and its encoding.
 type chunkPiece struct {
 	first, data []byte
@@ -225,12 +252,12 @@ type chunkPiece struct {
 // order, distinct; an entry replaces or removes its key's state), cut into
 // chunks of about chunkTarget bytes; a last chunk under a quarter of it
 // joins the one before.
-func mergeChunks(old, ents []stateKV) []chunkPiece {
+func mergeChunks(old, ents []stateKV, arena *pieceArena) []chunkPiece {
 	var out []chunkPiece
 	var cur chunkPiece
 	emit := func(k, v string) {
 		if cur.data == nil {
-			cur = chunkPiece{first: []byte(k), data: make([]byte, 0, chunkTarget+len(k)+len(v)+2*binary.MaxVarintLen64)}
+			cur = chunkPiece{first: []byte(k), data: arena.take(chunkTarget + len(k) + len(v) + 2*binary.MaxVarintLen64)}
 		}
 		cur.data = appendChunkEntry(cur.data, k, v)
 		if len(cur.data) >= chunkTarget {
