@@ -30,7 +30,7 @@ func OpenSink(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Si
 		}
 		return clickhouse.Open(ctx, clickhouse.Options{
 			Addr: ch.Addr, Database: ch.Database, Username: ch.Username, Password: ch.Password,
-			TLS: tc, DialTimeout: ch.DialTimeout, ReadTimeout: ch.ReadTimeout, Settings: settings,
+			TLS: tc, DialTimeout: ch.DialTimeout, ReadTimeout: ch.ReadTimeout, Settings: settings, Compression: ch.Compression,
 			Pipeline: p.Pipeline, Logger: log,
 		})
 	}

@@ -148,6 +148,7 @@ type ClickHouse struct {
 	DialTimeout time.Duration     `yaml:"dial_timeout"` // zero: the driver's default (30s)
 	ReadTimeout time.Duration     `yaml:"read_timeout"` // zero: the driver's default (5m)
 	Settings    map[string]string `yaml:"settings"`     // server settings sent with every query
+	Compression string            `yaml:"compression"`  // lz4, zstd or none; empty: none to a loopback address, else lz4
 }
 
 // Table is a target table.

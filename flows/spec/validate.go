@@ -266,6 +266,11 @@ func (c *checker) destination() {
 			c.add(joinPath("destination.clickhouse.settings", k), "%q is not a setting name", k)
 		}
 	}
+	switch ch.Compression {
+	case "", "lz4", "zstd", "none":
+	default:
+		c.add("destination.clickhouse.compression", "%q: use lz4, zstd or none", ch.Compression)
+	}
 	c.tls("destination.clickhouse.tls", ch.TLS)
 }
 

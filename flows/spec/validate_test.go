@@ -239,6 +239,7 @@ destination:
     dial_timeout: 5s
     read_timeout: 1m
     settings: {max_insert_threads: 4, insert_quorum: "2"}
+    compression: zstd
 ` + tableT + appendFlow + `    on_error: fail
     start: latest
     batch: {rows: 1000, bytes: 32MiB, wait: 500ms}
@@ -297,6 +298,7 @@ destination:
     dial_timeout: -1s #! destination.clickhouse.dial_timeout: must be positive
     read_timeout: soon #! destination.clickhouse.read_timeout: not a duration
     settings: {"bad name": 1} #! destination.clickhouse.settings.bad name: not a setting name
+    compression: gzip #! destination.clickhouse.compression: "gzip": use lz4, zstd or none
     tls: {key_file: k.pem} #! destination.clickhouse.tls.cert_file: required with key_file
 `},
 		{"local path", "pipeline: shop\ndestination: {local: {}} #! destination.local.path: required\n"},

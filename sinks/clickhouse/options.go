@@ -2,8 +2,13 @@ package clickhouse
 
 import (
 	"crypto/tls"
+	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 )
 
 // Options configure a ClickHouse destination.
@@ -47,7 +52,19 @@ type Options struct {
 	// before it counts as abandoned (default 30s). A committed load whose
 	// writer's heartbeat expired or ended is published at once.
 	Grace time.Duration
+	// Compression is how blocks travel over the native protocol: "lz4",
+	// "zstd" or "none". Empty: none when every address is a loopback one
+	// (the server runs on this machine, where compressing costs both ends
+	// CPU and saves nothing), lz4 otherwise.
+	Compression string
 }
+
+// Compression methods of Options.Compression.
+const (
+	CompressionLZ4  = "lz4"
+	CompressionZSTD = "zstd"
+	CompressionNone = "none"
+)
 
 const (
 	defaultAddr        = "127.0.0.1:9000"
@@ -88,4 +105,38 @@ func (o *Options) withDefaults() {
 	if o.Grace <= 0 {
 		o.Grace = defaultGrace
 	}
+	if o.Compression == "" {
+		o.Compression = CompressionLZ4
+		if allLoopback(o.Addr) {
+			o.Compression = CompressionNone
+		}
+	}
+}
+
+// allLoopback reports whether every address names this machine: a
+// loopback IP or "localhost".
+func allLoopback(addrs []string) bool {
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && !strings.EqualFold(host, "localhost") {
+			return false
+		}
+	}
+	return true
+}
+
+// compression returns the driver's setting for Options.Compression.
+func compression(method string) (*clickhouse.Compression, error) {
+	switch method {
+	case CompressionLZ4:
+		return &clickhouse.Compression{Method: clickhouse.CompressionLZ4}, nil
+	case CompressionZSTD:
+		return &clickhouse.Compression{Method: clickhouse.CompressionZSTD}, nil
+	case CompressionNone:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("clickhouse: compression %q: use lz4, zstd or none", method)
 }

@@ -79,6 +79,10 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		return nil, fmt.Errorf("clickhouse: database name %q: use letters, digits and underscores", opts.Database)
 	}
 	settings := normalizeSettings(opts.Settings)
+	comp, err := compression(opts.Compression)
+	if err != nil {
+		return nil, err
+	}
 	c, err := clickhouse.Open(&clickhouse.Options{
 		Addr:            opts.Addr,
 		Auth:            clickhouse.Auth{Username: opts.Username, Password: opts.Password},
@@ -86,7 +90,7 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		DialTimeout:     opts.DialTimeout,
 		ReadTimeout:     opts.ReadTimeout,
 		Settings:        settings,
-		Compression:     &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+		Compression:     comp,
 		MaxOpenConns:    8,
 		MaxIdleConns:    4,
 		ConnMaxLifetime: time.Hour,
@@ -115,7 +119,7 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 	s := newSink(c, opts, log)
 	s.version = fmt.Sprintf("%d.%d.%d", v.Version.Major, v.Version.Minor, v.Version.Patch)
 	s.feat = featuresOf(int(v.Version.Major), int(v.Version.Minor))
-	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "version", s.version,
+	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "version", s.version, "compression", opts.Compression,
 		"datetime64", s.feat.dateTime64, "date32", s.feat.date32, "is_deleted", s.feat.isDeleted)
 	s.startCleanup(opts.CleanupEvery)
 	return s, nil
