@@ -27,11 +27,13 @@ func openSink(t testing.TB, addr, db string, mod ...func(*Options)) *Sink {
 	return s
 }
 
-// dial opens a sink on db; the caller closes it.
+// dial opens a sink on db; the caller closes it. It compresses with LZ4,
+// as to a remote server, although the test server is on this machine:
+// the packages above test the default for a loopback address.
 func dial(t testing.TB, addr, db string, mod ...func(*Options)) *Sink {
 	t.Helper()
 	opts := Options{Addr: []string{addr}, Database: db, Pipeline: sinktest.Pipeline, Logger: testLogger(t),
-		DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+		DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, Compression: CompressionLZ4}
 	for _, m := range mod {
 		m(&opts)
 	}
