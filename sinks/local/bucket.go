@@ -294,6 +294,7 @@ type planner struct {
 	mu     sync.Mutex      // guards dirs: groups are rewritten concurrently
 	dirs   map[string]bool // folders made under out
 	plan   cdcPlan
+	syncer *fileSyncer // syncs the files written
 }
 
 // planPart is what rewriting one group (or creating one new bucket)
@@ -323,7 +324,7 @@ func (s *Sink) buildPlan(ctx context.Context, table string, def tableDef, cur ma
 		}
 	}
 	p := &planner{s: s, table: table, def: def, cur: cur, ch: ch, out: out, n: max(cur.Buckets, 1), dirs: map[string]bool{},
-		endAt: splitColumn(def)}
+		endAt: splitColumn(def), syncer: newFileSyncer()}
 	var rows int64
 	for _, f := range cur.Files {
 		rows += f.Rows
@@ -336,7 +337,11 @@ func (s *Sink) buildPlan(ctx context.Context, table string, def tableDef, cur ma
 			return nil, err
 		}
 	}
-	if err := p.run(ctx); err != nil {
+	err := p.run(ctx)
+	if serr := p.syncer.wait(); err == nil {
+		err = serr
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := p.sync(); err != nil {
@@ -964,12 +969,12 @@ func (p *planner) finish(o *bucketOut, part *planPart) error {
 			return err
 		}
 	}
-	size, err := o.fw.close()
+	size, err := o.fw.closeTo(p.syncer)
 	if err != nil {
 		o.ids.discard()
 		return err
 	}
-	n, err := o.ids.close()
+	n, err := o.ids.closeTo(p.syncer)
 	if err != nil {
 		return err
 	}

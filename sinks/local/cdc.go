@@ -225,9 +225,9 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 	return nil
 }
 
-// finishCDC closes the load's staged CDC files and returns their ledger
-// entries (before the commit point).
-func (l *load) finishCDC() ([]cdcEntry, error) {
+// finishCDC closes the load's staged CDC files, for sy to sync (nil: synced
+// now), and returns their ledger entries (before the commit point).
+func (l *load) finishCDC(sy *fileSyncer) ([]cdcEntry, error) {
 	var out []cdcEntry
 	for _, table := range l.cdcOrder {
 		st := l.cdc[table]
@@ -239,7 +239,7 @@ func (l *load) finishCDC() ([]cdcEntry, error) {
 			}
 		}
 		if st.up != nil {
-			_, err := st.up.close()
+			_, err := st.up.closeTo(sy)
 			st.up = nil
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", table, err)
@@ -252,7 +252,7 @@ func (l *load) finishCDC() ([]cdcEntry, error) {
 			if *w.pw == nil {
 				continue
 			}
-			n, err := (*w.pw).close()
+			n, err := (*w.pw).closeTo(sy)
 			*w.pw = nil
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", table, err)

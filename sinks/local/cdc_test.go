@@ -842,7 +842,7 @@ func TestPrepareTakesStagedUpserts(t *testing.T) {
 	if st.upBatch == nil {
 		t.Fatal("a load's only upsert is not kept for its preparation")
 	}
-	ces, err := l.finishCDC()
+	ces, err := l.finishCDC(nil)
 	if err != nil || len(ces) != 1 {
 		t.Fatalf("finish: %v, %d tables", err, len(ces))
 	}

@@ -260,23 +260,31 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	if len(l.replace) > 0 {
 		e.Replace = l.replaceEntries()
 	}
+	// The staged files sync in the background while the CDC targets'
+	// files are prepared; all of them before the folder, and before the
+	// commit point.
+	sy := newFileSyncer()
 	for _, t := range l.order {
 		tf := l.tables[t]
 		for _, dir := range tf.order {
 			pf := tf.files[dir]
-			size, err := pf.fw.close()
+			size, err := pf.fw.closeTo(sy)
 			pf.fw = nil
 			if err != nil {
+				sy.wait()
 				l.discard()
 				return fmt.Errorf("local: commit %s: %s: %w", l.meta.LoadID, t, err)
 			}
 			e.Files = append(e.Files, stagedFile{Table: t, Dir: dir, N: pf.n, Rows: pf.rows, Bytes: size})
 		}
 	}
-	ces, err := l.finishCDC()
+	ces, err := l.finishCDC(sy)
 	if err == nil {
 		e.CDC = ces
 		err = l.prepare(ctx, e.CDC)
+	}
+	if serr := sy.wait(); err == nil {
+		err = serr
 	}
 	if err == nil {
 		err = syncDir(l.dir)

@@ -102,7 +102,12 @@ func (pw *pairsWriter) pair(a, b string, present bool) {
 
 // close writes the trailer, syncs and closes the file; it returns the
 // number of pairs.
-func (pw *pairsWriter) close() (int64, error) {
+func (pw *pairsWriter) close() (int64, error) { return pw.closeTo(nil) }
+
+// closeTo writes the trailer and returns the number of pairs; sy syncs
+// and closes the file (nil: it is synced and closed before closeTo
+// returns).
+func (pw *pairsWriter) closeTo(sy *fileSyncer) (int64, error) {
 	if pw.buf == nil {
 		return pw.n, os.ErrClosed
 	}
@@ -112,6 +117,11 @@ func (pw *pairsWriter) close() (int64, error) {
 	binary.BigEndian.PutUint32(sum[:], pw.crc)
 	if pw.err == nil {
 		_, pw.err = pw.f.Write(sum[:])
+	}
+	if pw.err == nil && sy != nil {
+		sy.add(pw.f)
+		pw.release()
+		return pw.n, nil
 	}
 	if pw.err == nil {
 		pw.err = pw.f.Sync()

@@ -285,21 +285,29 @@ func (fw *fileWriter) flush() error {
 }
 
 // close ends the file and syncs it to disk; it returns the file's size.
-func (fw *fileWriter) close() (int64, error) {
+func (fw *fileWriter) close() (int64, error) { return fw.closeTo(nil) }
+
+// closeTo ends the file and returns its size; sy syncs and closes it (nil:
+// it is synced and closed before closeTo returns).
+func (fw *fileWriter) closeTo(sy *fileSyncer) (int64, error) {
 	err := fw.w.Close()
 	if err == nil {
 		err = fw.buf.Flush()
 	}
 	fw.release()
-	if err == nil {
-		err = fw.f.Sync()
-	}
 	var size int64
 	if err == nil {
 		var st os.FileInfo
 		if st, err = fw.f.Stat(); err == nil {
 			size = st.Size()
 		}
+	}
+	if err == nil && sy != nil {
+		sy.add(fw.f)
+		return size, nil
+	}
+	if err == nil {
+		err = fw.f.Sync()
 	}
 	if cerr := fw.f.Close(); err == nil {
 		err = cerr
