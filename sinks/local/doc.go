@@ -122,7 +122,9 @@
 //  1. Write streams each table's rows into staging/<load id>/<table>.<n>.parquet
 //     (one file per table, or per partition). Loads stage in parallel.
 //  2. Commit finishes the files and fsyncs them, the staging folder and
-//     _sluice/staging. For each CDC target the load changes, it prepares
+//     _sluice/staging (files, here and in a plan, are synced up to 16 at
+//     once, in the background, and waited for before their folder is:
+//     filesync.go). For each CDC target the load changes, it prepares
 //     the new bucket files against the table's current version V, outside
 //     the lock, in staging/<load id>/<table>.cdc/prep/ (with plan.json: the
 //     files dropped and added), and records V in the ledger line.
