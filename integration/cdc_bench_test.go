@@ -134,6 +134,7 @@ func benchCDC(b *testing.B, kind string) {
 			if rows, _ := d.count(b, spec, "raw", "id"); rows != int64(n) {
 				b.Fatalf("append: %d rows, want %d", rows, n)
 			}
+			removeSpecDir(b, spec)
 			runs := []measured{appendRun}
 			for _, scd := range []int{1, 2} {
 				d := newDest()
@@ -153,6 +154,7 @@ func benchCDC(b *testing.B, kind string) {
 				}
 				run.rows = len(rows)
 				runs = append(runs, run)
+				removeSpecDir(b, spec)
 			}
 
 			fmt.Printf("CDC into %s, %d events over %d keys, %s (%.0f bytes each), batches of %d rows; load average at the start %s:\n",
@@ -175,6 +177,17 @@ func benchCDC(b *testing.B, kind string) {
 				fmt.Println(line)
 			}
 		}
+	}
+}
+
+// removeSpecDir removes a measured run's folder (its spec, and a local
+// destination's tables beside it) once its checks are done, so that with
+// -benchtime Nx the files a run leaves, still being written back to disk,
+// do not slow the runs after it.
+func removeSpecDir(b *testing.B, spec string) {
+	b.Helper()
+	if err := os.RemoveAll(filepath.Dir(spec)); err != nil {
+		b.Fatal(err)
 	}
 }
 
