@@ -43,8 +43,11 @@ func (s *fileSyncer) add(f *os.File) {
 }
 
 // wait returns once every file added is synced and closed, with the first
-// error (an *os.PathError, naming the file).
+// error (an *os.PathError, naming the file). A nil syncer has none.
 func (s *fileSyncer) wait() error {
+	if s == nil {
+		return nil
+	}
 	s.wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -238,6 +238,15 @@ func (l *load) usable() error {
 	return l.err
 }
 
+// stagedFiles returns the number of Parquet files the load's writes staged.
+func (l *load) stagedFiles() int {
+	n := 0
+	for _, tf := range l.tables {
+		n += len(tf.order)
+	}
+	return n
+}
+
 // Commit finishes and syncs the staged files, then under the destination
 // lock checks the load against the ledger, appends its ledger line (the
 // commit point) and publishes it.
@@ -262,8 +271,12 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	}
 	// The staged files sync in the background while the CDC targets'
 	// files are prepared; all of them before the folder, and before the
-	// commit point.
-	sy := newFileSyncer()
+	// commit point. A load of one file (an append's) syncs it in place:
+	// handing it over would only add a switch.
+	var sy *fileSyncer
+	if staged := l.stagedFiles(); staged > 1 || len(l.cdcOrder) > 0 {
+		sy = newFileSyncer()
+	}
 	for _, t := range l.order {
 		tf := l.tables[t]
 		for _, dir := range tf.order {
