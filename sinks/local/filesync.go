@@ -42,6 +42,20 @@ func (s *fileSyncer) add(f *os.File) {
 	})
 }
 
+// syncClose syncs and closes a finished file: through s in the background,
+// or, with a nil s, before it returns (with the error).
+func (s *fileSyncer) syncClose(f *os.File) error {
+	if s != nil {
+		s.add(f)
+		return nil
+	}
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // wait returns once every file added is synced and closed, with the first
 // error (an *os.PathError, naming the file). A nil syncer has none.
 func (s *fileSyncer) wait() error {

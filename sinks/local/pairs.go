@@ -118,16 +118,10 @@ func (pw *pairsWriter) closeTo(sy *fileSyncer) (int64, error) {
 	if pw.err == nil {
 		_, pw.err = pw.f.Write(sum[:])
 	}
-	if pw.err == nil && sy != nil {
-		sy.add(pw.f)
-		pw.release()
-		return pw.n, nil
-	}
 	if pw.err == nil {
-		pw.err = pw.f.Sync()
-	}
-	if err := pw.f.Close(); pw.err == nil {
-		pw.err = err
+		pw.err = sy.syncClose(pw.f)
+	} else {
+		pw.f.Close()
 	}
 	pw.release()
 	return pw.n, pw.err

@@ -302,17 +302,11 @@ func (fw *fileWriter) closeTo(sy *fileSyncer) (int64, error) {
 			size = st.Size()
 		}
 	}
-	if err == nil && sy != nil {
-		sy.add(fw.f)
-		return size, nil
+	if err != nil {
+		fw.f.Close()
+		return size, err
 	}
-	if err == nil {
-		err = fw.f.Sync()
-	}
-	if cerr := fw.f.Close(); err == nil {
-		err = cerr
-	}
-	return size, err
+	return size, sy.syncClose(fw.f)
 }
 
 // discard closes the file without finishing it.

@@ -219,8 +219,8 @@ func putPieces(b *bolt.Bucket, pieces []chunkPiece) error {
 
 // pieceArena hands out the buffers of one transaction's chunk pieces from
 // a slab that the next transaction reuses: bbolt keeps a Put's value until
-// its transaction ends, and then has copied it into its pages. A nil
-// arena, or a full one, allocates.
+// its transaction ends, and then has copied it into its pages. A full
+// arena allocates.
 type pieceArena struct {
 	slab []byte
 	off  int
@@ -232,7 +232,7 @@ var pieceArenas = sync.Pool{New: func() any { return &pieceArena{slab: make([]by
 
 // take returns an empty buffer of capacity n.
 func (a *pieceArena) take(n int) []byte {
-	if a == nil || a.off+n > len(a.slab) {
+	if a.off+n > len(a.slab) {
 		return make([]byte, 0, n)
 	}
 	b := a.slab[a.off : a.off : a.off+n]
