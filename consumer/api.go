@@ -56,7 +56,7 @@ type Config struct {
 
 	MaxRows  int           // records per batch; default DefaultMaxRows
 	MaxBytes int           // value+key bytes per batch; default DefaultMaxBytes
-	MaxWait  time.Duration // how long a partial batch waits for more; default DefaultMaxWait
+	MaxWait  time.Duration // how long a partial batch waits for more to arrive (not for a backlog to be read); default DefaultMaxWait
 
 	// Start is where a partition without a ledger position starts:
 	// "earliest" (default: its log start, whatever offset the group
@@ -73,6 +73,8 @@ type Config struct {
 	SASL *SASL
 
 	Logger *slog.Logger // nil discards
+
+	catchUpPoll time.Duration // tests: how often a batch kept filling while behind looks; default catchUpPoll
 }
 
 // SASL holds SASL/PLAIN or SCRAM credentials.

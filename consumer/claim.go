@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -16,6 +17,12 @@ const probeTick = 100 * time.Millisecond
 // busyPoll is how often a batch held back by a Busy handler checks whether
 // the handler can take it.
 const busyPoll = 5 * time.Millisecond
+
+// catchUpPoll is how often a batch kept filling past its MaxWait because its
+// partition is behind checks that records still come. Longer than the
+// fetcher may stall a partition while another one's loop is not reading
+// (maxProcessingTime), so that such a stall does not close a batch early.
+const catchUpPoll = 2 * maxProcessingTime
 
 // maxHeldBatches bounds the batches a runner's claims hold back for a Busy
 // handler, together: at most this many times MaxRows and MaxBytes. A CDC
@@ -43,7 +50,8 @@ type claimLoop struct {
 
 	wait  *time.Timer // MaxWait of the current batch
 	waitC <-chan time.Time
-	held  bool // past MaxWait, held back by a Busy handler (counted in runner.held*)
+	held  bool  // past MaxWait, held back by a Busy handler (counted in runner.held*)
+	seen  int64 // next when the batch began or catchingUp last looked
 
 	// Bounded mode.
 	bounded  bool
@@ -99,6 +107,11 @@ func (l *claimLoop) run() {
 			}
 		case <-l.waitC:
 			l.waitC = nil
+			if l.catchingUp() {
+				l.wait.Reset(cmp.Or(l.r.cfg.catchUpPoll, catchUpPoll))
+				l.waitC = l.wait.C
+				continue
+			}
 			if l.holdBack() {
 				l.wait.Reset(busyPoll) // keeps filling while the handler is busy
 				l.waitC = l.wait.C
@@ -161,6 +174,28 @@ func (l *claimLoop) holdBack() bool {
 		l.r.heldBytes.Load() <= maxHeldBatches*int64(l.r.cfg.MaxBytes)
 }
 
+// catchingUp reports whether the batch, past its MaxWait, keeps filling
+// because its partition is behind: records came since the batch began or
+// since the last look (every catchUpPoll), and the partition holds enough
+// past them to fill the batch (below the high water mark of its last
+// fetch), or, in a bounded read, any before its end (where the batch closes
+// anyway). MaxWait bounds how long a batch waits for records to arrive, not
+// how long reading records already there takes: a claim catching up on a
+// backlog (a first run, a replay, a consumer that fell behind) makes full
+// batches, so fewer loads, whatever the handler. At the head of a
+// partition, with only the records of the last fetch in flight, a batch
+// closes at MaxWait as before; one whose reads stall closes at the next
+// look.
+func (l *claimLoop) catchingUp() bool {
+	came := l.next > l.seen
+	l.seen = l.next
+	if l.bounded {
+		return came && l.next < l.end
+	}
+	need := max(1, int64(l.r.cfg.MaxRows-len(l.recs)))
+	return came && l.claim.HighWaterMarkOffset()-l.next >= need
+}
+
 // reset empties the batch once it was processed or dropped.
 func (l *claimLoop) reset() {
 	if l.held {
@@ -207,6 +242,7 @@ func (l *claimLoop) add(m *sarama.ConsumerMessage) bool {
 	}
 	l.next = m.Offset + 1
 	if len(l.recs) == 1 {
+		l.seen = l.next
 		l.armWait()
 	}
 	if len(l.recs) >= l.r.cfg.MaxRows || l.bytes >= l.r.cfg.MaxBytes {

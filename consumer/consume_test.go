@@ -3,11 +3,15 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/sluicehq/sluice/flows/batch"
 )
 
 func TestConsumeBounded(t *testing.T) {
@@ -161,6 +165,85 @@ func TestBatchMaxWait(t *testing.T) {
 		t.Errorf("burst processed %v after it was sent, want about MaxWait (300ms)", waited)
 	}
 }
+
+// TestBatchFillsWhileBehind checks that a batch whose MaxWait passes while
+// its partition still holds records past it keeps filling: a backlog is
+// read in full batches, whatever the wait, and only the last is partial;
+// in a bounded read (update) and in an open-ended one (run) alike.
+func TestBatchFillsWhileBehind(t *testing.T) {
+	for _, bounded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bounded=%v", bounded), func(t *testing.T) {
+			addr := startBroker(t, map[string]int32{"t": 1})
+			produceN(t, addr, "t", []int32{0}, 70_000, 100)
+			l := newFakeLedger()
+			cfg := testConfig(t, addr, "t")
+			cfg.Bounded = bounded
+			cfg.MaxRows = 20_000
+			cfg.MaxWait = time.Millisecond // passes many times while a batch is read
+			cfg.catchUpPoll = time.Second  // no stall of a busy machine closes a batch early
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			wait := runConsume(ctx, cfg, l)
+			if !bounded {
+				waitFor(t, 20*time.Second, "every record", func() bool { return l.rowCount() == 70_000 })
+				cancel()
+			}
+			if err := wait(t); err != nil {
+				t.Fatal(err)
+			}
+			var rows []int
+			for _, b := range l.batchList() {
+				rows = append(rows, b.Rows)
+			}
+			// The last 10,000 records cannot fill a batch: read, they close
+			// at MaxWait in a run (in an update, at the end).
+			if len(rows) < 4 || !slices.Equal(rows[:3], []int{20_000, 20_000, 20_000}) || bounded && len(rows) != 4 {
+				t.Fatalf("batches of %v rows, want three of 20000, then the last 10000 in one batch (bounded) or more", rows)
+			}
+		})
+	}
+}
+
+// TestCatchingUp checks when a batch past its MaxWait keeps filling: while
+// its partition holds records enough to fill it past the last one read (in
+// a bounded read, any before its end) and records came since the last
+// look; not at the head, and not when reads stall.
+func TestCatchingUp(t *testing.T) {
+	c := &hwmClaim{hwm: 100}
+	r := &runner{cfg: Config{MaxRows: 50}}
+	l := &claimLoop{r: r, claim: c, next: 10, seen: 1, recs: make([]batch.Record, 9)}
+	if !l.catchingUp() {
+		t.Fatal("90 records to read past the batch of 9 (41 fill it), records came: want catching up")
+	}
+	if l.catchingUp() {
+		t.Fatal("behind, nothing came since the last look: want the batch closed")
+	}
+	l.next, l.recs = 70, make([]batch.Record, 19)
+	if l.catchingUp() {
+		t.Fatal("30 records to read past the batch of 19 (31 would fill it): want the batch closed")
+	}
+	l.next = 100
+	if l.catchingUp() {
+		t.Fatal("at the high water mark: want the batch closed")
+	}
+	// A bounded read goes to its end, whatever the high water mark.
+	l = &claimLoop{r: r, claim: c, bounded: true, end: 50, next: 50, seen: 40}
+	if l.catchingUp() {
+		t.Fatal("at a bounded read's end: want the batch closed")
+	}
+	l.next, l.seen = 40, 30
+	if !l.catchingUp() {
+		t.Fatal("before a bounded read's end, records came: want catching up")
+	}
+}
+
+// hwmClaim is a claim that only reports a high water mark.
+type hwmClaim struct {
+	sarama.ConsumerGroupClaim
+	hwm int64
+}
+
+func (c *hwmClaim) HighWaterMarkOffset() int64 { return c.hwm }
 
 func TestGroupOffsetsCommittedAfterProcess(t *testing.T) {
 	addr := startBroker(t, map[string]int32{"t": 1})
