@@ -30,18 +30,16 @@
 // Each claimed partition runs in its own goroutine and accumulates records
 // until Config.MaxRows records, Config.MaxBytes key+value bytes (a record
 // that would cross the limit starts the next batch) or Config.MaxWait since
-// the batch's first record, then calls Process synchronously. MaxWait
-// bounds how long a batch waits for records to arrive: a batch whose
+// the batch's first record, then calls Process synchronously: a
+// partition's batches are processed in order, one at a time, and different
+// partitions in parallel. MaxWait bounds how long a batch waits for records to arrive: a batch whose
 // partition holds a backlog past it (records enough to fill it below the
 // high water mark; in a bounded read, any before its end) keeps filling
 // past MaxWait as long as records keep coming, so that catching up makes
-// full batches (see claimLoop.catchingUp). A Handler that implements Busy can hold a batch
-// whose MaxWait passed back: it keeps filling until it is full or the
-// Handler is free, as long as the batches held back of all partitions stay
-// within four times MaxRows and MaxBytes.
-// A partition's
-// batches are therefore processed in order, one at a time, and different
-// partitions in parallel. RecordBatch.From is the ledger position for the
+// full batches (see claimLoop.catchingUp). A Handler that implements Busy
+// can hold a batch whose MaxWait passed back: it keeps filling until it is
+// full or the Handler is free, as long as the batches held back of all
+// partitions stay within four times MaxRows and MaxBytes. RecordBatch.From is the ledger position for the
 // first batch of an assignment (-1 when there was none) and the previous
 // batch's Next after that, so a Handler can check that a batch continues
 // exactly where its ledger stands. Records share sarama's fetch buffers,
