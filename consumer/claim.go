@@ -54,8 +54,13 @@ type claimLoop struct {
 	seen  int64 // next when the batch began or catchingUp last looked
 
 	// Bounded mode.
-	bounded  bool
-	end      int64
+	bounded bool
+	end     int64
+	// first is the limit of records of the claim's first batch when its
+	// range holds more than MaxRows: the remainder of the range over
+	// MaxRows, so that the batches after it are full and the small one
+	// comes first, when the target is smallest (0: MaxRows).
+	first    int
 	finished bool
 	quiet    int // probe ticks without a record
 }
@@ -153,6 +158,10 @@ func (l *claimLoop) checkStart() {
 	}
 	if l.next >= l.end {
 		l.finish()
+		return
+	}
+	if n, rows := l.end-l.next, int64(l.r.cfg.MaxRows); n > rows {
+		l.first = int(n % rows)
 	}
 }
 
@@ -203,6 +212,7 @@ func (l *claimLoop) reset() {
 		l.r.heldRows.Add(-int64(len(l.recs)))
 		l.r.heldBytes.Add(-int64(l.bytes))
 	}
+	l.first = 0
 	clear(l.recs)
 	l.recs = l.recs[:0]
 	l.bytes = 0
@@ -245,7 +255,7 @@ func (l *claimLoop) add(m *sarama.ConsumerMessage) bool {
 		l.seen = l.next
 		l.armWait()
 	}
-	if len(l.recs) >= l.r.cfg.MaxRows || l.bytes >= l.r.cfg.MaxBytes {
+	if len(l.recs) >= l.rows() || l.bytes >= l.r.cfg.MaxBytes {
 		if !l.flush() {
 			return false
 		}
@@ -257,6 +267,14 @@ func (l *claimLoop) add(m *sarama.ConsumerMessage) bool {
 		l.finish()
 	}
 	return true
+}
+
+// rows is the current batch's limit of records: MaxRows, or first.
+func (l *claimLoop) rows() int {
+	if l.first > 0 {
+		return l.first
+	}
+	return l.r.cfg.MaxRows
 }
 
 func (l *claimLoop) armWait() {

@@ -168,8 +168,10 @@ func TestBatchMaxWait(t *testing.T) {
 
 // TestBatchFillsWhileBehind checks that a batch whose MaxWait passes while
 // its partition still holds records past it keeps filling: a backlog is
-// read in full batches, whatever the wait, and only the last is partial;
-// in a bounded read (update) and in an open-ended one (run) alike.
+// read in full batches, whatever the wait. In a bounded read (update) the
+// remainder of the range over MaxRows comes first; in an open-ended one
+// (run) the records that cannot fill a batch come last, in batches closed
+// at MaxWait.
 func TestBatchFillsWhileBehind(t *testing.T) {
 	for _, bounded := range []bool{true, false} {
 		t.Run(fmt.Sprintf("bounded=%v", bounded), func(t *testing.T) {
@@ -195,12 +197,38 @@ func TestBatchFillsWhileBehind(t *testing.T) {
 			for _, b := range l.batchList() {
 				rows = append(rows, b.Rows)
 			}
-			// The last 10,000 records cannot fill a batch: read, they close
-			// at MaxWait in a run (in an update, at the end).
-			if len(rows) < 4 || !slices.Equal(rows[:3], []int{20_000, 20_000, 20_000}) || bounded && len(rows) != 4 {
-				t.Fatalf("batches of %v rows, want three of 20000, then the last 10000 in one batch (bounded) or more", rows)
+			if bounded && !slices.Equal(rows, []int{10_000, 20_000, 20_000, 20_000}) {
+				t.Fatalf("batches of %v rows, want [10000 20000 20000 20000]", rows)
+			}
+			if !bounded && (len(rows) < 4 || !slices.Equal(rows[:3], []int{20_000, 20_000, 20_000})) {
+				t.Fatalf("batches of %v rows, want three of 20000, then the last 10000", rows)
 			}
 		})
+	}
+}
+
+// TestBoundedRemainderFirst checks that a bounded read starting from a
+// ledger position takes the remainder of what is left over MaxRows first,
+// and that a range of at most MaxRows is one batch.
+func TestBoundedRemainderFirst(t *testing.T) {
+	addr := startBroker(t, map[string]int32{"t": 2})
+	produceN(t, addr, "t", []int32{0, 1}, 57, 10)
+	l := newFakeLedger()
+	l.pos[0] = 12 // 45 records left: 5, 20, 20
+	l.pos[1] = 40 // 17 left: one batch
+	cfg := testConfig(t, addr, "t")
+	cfg.Bounded = true
+	cfg.MaxRows = 20
+	cfg.MaxWait = time.Minute
+	if err := Consume(context.Background(), cfg, l); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int32][]int{}
+	for _, b := range l.batchList() {
+		got[b.Partition] = append(got[b.Partition], b.Rows)
+	}
+	if !slices.Equal(got[0], []int{5, 20, 20}) || !slices.Equal(got[1], []int{17}) {
+		t.Fatalf("batches of %v rows, want [5 20 20] in partition 0 and [17] in 1", got)
 	}
 }
 

@@ -36,7 +36,11 @@
 // partition holds a backlog past it (records enough to fill it below the
 // high water mark; in a bounded read, any before its end) keeps filling
 // past MaxWait as long as records keep coming, so that catching up makes
-// full batches (see claimLoop.catchingUp). A Handler that implements Busy
+// full batches (see claimLoop.catchingUp). In a bounded read, a partition
+// whose range holds more than MaxRows records takes the remainder over
+// MaxRows first, then full batches: the small batch loads while the target
+// is smallest, and the small first batches of several partitions can join
+// into one load. A Handler that implements Busy
 // can hold a batch whose MaxWait passed back: it keeps filling until it is
 // full or the Handler is free, as long as the batches held back of all
 // partitions stay within four times MaxRows and MaxBytes. RecordBatch.From is the ledger position for the
