@@ -28,11 +28,7 @@ func (s *fileSyncer) add(f *os.File) {
 	s.sem <- struct{}{}
 	s.wg.Go(func() {
 		defer func() { <-s.sem }()
-		err := f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := syncAndClose(f); err != nil {
 			s.mu.Lock()
 			if s.err == nil {
 				s.err = err
@@ -49,11 +45,7 @@ func (s *fileSyncer) syncClose(f *os.File) error {
 		s.add(f)
 		return nil
 	}
-	err := f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return syncAndClose(f)
 }
 
 // wait returns once every file added is synced and closed, with the first

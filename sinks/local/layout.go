@@ -146,8 +146,13 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
+	return syncAndClose(d)
+}
+
+// syncAndClose syncs f to disk and closes it, with the first error.
+func syncAndClose(f *os.File) error {
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
@@ -159,14 +164,11 @@ func writeFileSync(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
+	if _, err = f.Write(data); err != nil {
+		f.Close()
+		return err
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return syncAndClose(f)
 }
 
 // writeAtomic replaces path with data: a synced temporary file renamed over

@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"os"
 	"sync"
-	"unsafe"
 )
 
 // A pairs file is a list of (a, b) byte-string pairs: the identities of a
@@ -78,7 +77,7 @@ func (pw *pairsWriter) add(a, b string) { pw.pair(a, b, true) }
 
 // addValue appends a pair whose b is a byte slice; nil is absent.
 func (pw *pairsWriter) addValue(a string, b []byte) {
-	pw.pair(a, unsafe.String(unsafe.SliceData(b), len(b)), b != nil)
+	pw.pair(a, bytesStr(b), b != nil)
 }
 
 // pair appends the pair (a, b), or (a, absent) when present is false.
@@ -206,7 +205,7 @@ func decodePairs(data []byte) (*pairs, error) {
 	}
 	// One string for all the bytes; pairs are substrings of it. data is
 	// the caller's, never written again: the string shares its bytes.
-	all := unsafe.String(unsafe.SliceData(body), len(body))
+	all := bytesStr(body)
 	off := len(pairsMagic)
 	next := func() (uint64, bool) {
 		x, n := binary.Uvarint(body[off:])
