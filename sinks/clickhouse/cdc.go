@@ -353,20 +353,3 @@ func (s *Sink) cachedCDC(table string) *cdcTable {
 	defer s.mu.Unlock()
 	return s.cdc[table]
 }
-
-// Compact merges the parts of a CDC target's physical table, and of its
-// partition of the state table, into one per partition (OPTIMIZE ... FINAL),
-// so that replaced versions are dropped and queries through the view have
-// less to merge. Removal markers and removed states stay: one row per
-// identity removed (see docs/clickhouse.md). It is optional and may take
-// long on a large table; loads may run meanwhile.
-func (s *Sink) Compact(ctx context.Context, table string) error {
-	ct, err := s.cdcInfo(ctx, table)
-	if err != nil {
-		return fmt.Errorf("clickhouse: compact %s: %w", table, err)
-	}
-	if err := s.exec(ctx, "compact "+table, "OPTIMIZE TABLE "+s.table(ct.phys)+" FINAL"); err != nil {
-		return err
-	}
-	return s.exec(ctx, "compact the state of "+table, "OPTIMIZE TABLE "+s.table(cdcStateTable)+" PARTITION '"+table+"' FINAL")
-}

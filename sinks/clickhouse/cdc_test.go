@@ -63,30 +63,43 @@ type crow = struct {
 // cdcOp is one call on a load.
 type cdcOp func(ctx context.Context, ld sinks.CDCLoad) error
 
-func up(rs ...crow) cdcOp {
+func up(rs ...crow) cdcOp { return upIn(custTable.Name, rs...) }
+
+// upIn upserts rows of custSchema into a table.
+func upIn(table string, rs ...crow) cdcOp {
 	return func(ctx context.Context, ld sinks.CDCLoad) error {
 		b, k, s := custRows(rs...)
-		return ld.Upsert(ctx, custTable.Name, b, k, s)
+		return ld.Upsert(ctx, table, b, k, s)
 	}
 }
 
-func rm(rs ...crow) cdcOp {
+func rm(rs ...crow) cdcOp { return rmIn(custTable.Name, rs...) }
+
+// rmIn removes rows of custSchema from a table.
+func rmIn(table string, rs ...crow) cdcOp {
 	return func(ctx context.Context, ld sinks.CDCLoad) error {
 		b, k, s := custRows(rs...)
-		return ld.Remove(ctx, custTable.Name, b, k, s)
+		return ld.Remove(ctx, table, b, k, s)
 	}
 }
 
-func states(entries ...sinks.StateEntry) cdcOp {
+func states(entries ...sinks.StateEntry) cdcOp { return statesIn(custTable.Name, entries...) }
+
+func statesIn(table string, entries ...sinks.StateEntry) cdcOp {
 	return func(ctx context.Context, ld sinks.CDCLoad) error {
-		return ld.PutState(ctx, custTable.Name, entries)
+		return ld.PutState(ctx, table, entries)
 	}
 }
 
-// cdcLoad applies ops in one load and commits it: load n of topic "c"
-// continues from offset n (none for the first, n = 0) to n+1.
+// cdcLoad applies ops in one load of custTable and commits it: load n of
+// topic "c" continues from offset n (none for the first, n = 0) to n+1.
 func cdcLoad(ctx context.Context, s *Sink, id string, n int64, ops ...cdcOp) error {
-	ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: id, Pipeline: "p", Flow: "f", Targets: []string{custTable.Name}})
+	return cdcLoadTo(ctx, s, custTable.Name, id, n, ops...)
+}
+
+// cdcLoadTo is cdcLoad into another target.
+func cdcLoadTo(ctx context.Context, s *Sink, table, id string, n int64, ops ...cdcOp) error {
+	ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: id, Pipeline: "p", Flow: "f", Targets: []string{table}})
 	if err != nil {
 		return err
 	}

@@ -309,18 +309,9 @@ func (s *Sink) versionFloor(ctx context.Context, table string) (uint64, error) {
 
 // queryUint runs a query returning one UInt64.
 func (s *Sink) queryUint(ctx context.Context, q string, args ...any) (uint64, error) {
-	rows, err := s.conn.Query(ctx, q, args...)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
 	var v uint64
-	for rows.Next() {
-		if err := rows.Scan(&v); err != nil {
-			return 0, err
-		}
-	}
-	return v, rows.Err()
+	err := s.queryUints(ctx, q, args, &v)
+	return v, err
 }
 
 // checkLeases refuses to commit a load that wrote a CDC target whose lease

@@ -34,6 +34,9 @@ type Sink struct {
 	log     *slog.Logger
 	// leaseGrace: see leaseLockGrace. Tests shorten it.
 	leaseGrace time.Duration
+	// afterMerge, when set, runs between a compaction's merge and its
+	// deletion of markers (tests load there).
+	afterMerge func()
 
 	resolveMu sync.Mutex // one resolvePending at a time
 	mntMu     sync.Mutex // one maintenance (Recover, periodic, background) at a time

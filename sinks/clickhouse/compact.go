@@ -1,0 +1,200 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+)
+
+// Compaction of CDC targets. A ReplacingMergeTree keeps the newest version
+// of each identity, marker or not, so a removal marker (and a removed key
+// state) stays for good unless it is deleted; and deleting one is safe only
+// where no part holds an older version of its identity, which the marker
+// hides. A compaction of the physical table, and of the target's partition
+// of the state table, therefore:
+//
+//  1. reads the greatest version v it holds;
+//  2. merges it with OPTIMIZE ... FINAL, set to fail rather than do nothing
+//     (optimize_throw_if_noop): afterwards every identity with a version up
+//     to v has one row, its newest, among the parts that were there;
+//  3. deletes the markers up to v (ALTER TABLE ... DELETE, a mutation) and
+//     waits until it is done.
+//
+// Loads may run meanwhile: a target's versions grow with its loads, so a
+// load committed after step 1 writes versions above v. Its markers stay,
+// and its rows win over the ones they replace whether step 2 merged them
+// or not. A crash at any point leaves the table correct: a mutation, once
+// created, finishes on its own, and one that has not been created deletes
+// nothing.
+
+// compactShare is when CompactCDC compacts: when markers are at least one
+// row in compactShare of the physical table, or of the target's state.
+const compactShare = 10
+
+// mutationWait bounds how long a compaction waits for its mutation.
+const mutationWait = 10 * time.Minute
+
+// codeCannotAssignOptimize is the server's answer to an OPTIMIZE that
+// cannot merge now (a merge of the same parts is running) or has nothing
+// to merge.
+const codeCannotAssignOptimize = 388
+
+// compactee is one table a compaction merges: the physical table, or the
+// target's partition of the state table.
+type compactee struct {
+	what      string
+	name      string // unquoted
+	partition string // " PARTITION '<target>'", or "" for the whole table
+	filter    string // "target = ? AND ", or ""
+	args      []any  // the filter's
+	deleted   string // quoted column names
+	version   string
+}
+
+// Compact merges a CDC target's physical table, and its partition of the
+// state table, into one part per partition (OPTIMIZE ... FINAL), so that
+// replaced versions are gone and queries through the view have less to
+// merge, and drops their removal markers and removed states. It may take
+// long on a large table; loads may run meanwhile.
+func (s *Sink) Compact(ctx context.Context, table string) error {
+	_, err := s.compact(ctx, table, 0)
+	return err
+}
+
+// CompactCDC implements sinks.CDCCompactor: it compacts a CDC target as
+// Compact does when markers make up a tenth of its physical table, or of
+// its state, and returns how many rows it dropped.
+func (s *Sink) CompactCDC(ctx context.Context, table string) (int64, error) {
+	return s.compact(ctx, table, compactShare)
+}
+
+// compact compacts the target's tables, those whose markers are at least
+// one row in share (every one when share is 0).
+func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, error) {
+	if err := s.ensureSystem(ctx); err != nil {
+		return 0, err
+	}
+	ct, err := s.cdcInfo(ctx, table)
+	if err != nil {
+		return 0, fmt.Errorf("clickhouse: compact %s: %w", table, err)
+	}
+	// Committed loads are published first: a marker must not go before
+	// the rows it hides are in the table.
+	if err := s.settle(ctx, table); err != nil {
+		return 0, err
+	}
+	var dropped int64
+	for _, c := range []compactee{
+		{what: table, name: ct.phys, deleted: quote(deletedColumn), version: quote(versionColumn)},
+		{what: "the state of " + table, name: cdcStateTable, partition: " PARTITION '" + table + "'",
+			filter: "target = ? AND ", args: []any{table}, deleted: "deleted", version: "version"},
+	} {
+		n, err := s.compactOne(ctx, c, share)
+		dropped += n
+		if err != nil {
+			return dropped, err
+		}
+	}
+	return dropped, nil
+}
+
+func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64, error) {
+	fail := func(err error) (int64, error) { return 0, fmt.Errorf("clickhouse: compact %s: %w", c.what, err) }
+	where := ""
+	if c.filter != "" {
+		where = " WHERE " + c.filter + "1"
+	}
+	var markers, rows, top uint64
+	if err := s.queryUints(ctx, "SELECT countIf("+c.deleted+" = 1), count(), max("+c.version+") FROM "+s.table(c.name)+where,
+		c.args, &markers, &rows, &top); err != nil {
+		return fail(err)
+	}
+	if rows == 0 || share > 0 && (markers == 0 || markers*share < rows) {
+		return 0, nil
+	}
+	pending, err := s.pendingMutations(ctx, c.name)
+	if err != nil {
+		return fail(err)
+	}
+	if pending > 0 {
+		return fail(fmt.Errorf("%d mutations of %s are still running: it is compacted once they are done", pending, c.name))
+	}
+	if err := s.optimizeFinal(ctx, c); err != nil {
+		return fail(err)
+	}
+	if s.afterMerge != nil {
+		s.afterMerge()
+	}
+	cond := c.filter + c.deleted + " = 1 AND " + c.version + " <= ?"
+	args := append(append([]any(nil), c.args...), top)
+	gone, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(c.name)+" WHERE "+cond, args...)
+	if err != nil {
+		return fail(err)
+	}
+	if gone == 0 {
+		return 0, nil
+	}
+	if err := s.conn.Exec(ctx, "ALTER TABLE "+s.table(c.name)+" DELETE WHERE "+cond, args...); err != nil {
+		return fail(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, mutationWait)
+	defer cancel()
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		n, err := s.pendingMutations(wctx, c.name)
+		if err != nil {
+			return fail(fmt.Errorf("wait for the deletion of %d markers (it goes on in the server): %w", gone, err))
+		}
+		if n == 0 {
+			return int64(gone), nil
+		}
+		select {
+		case <-wctx.Done():
+			return fail(fmt.Errorf("the deletion of %d markers is still running after %v (it goes on in the server)", gone, mutationWait))
+		case <-time.After(delay):
+		}
+	}
+}
+
+// optimizeFinal merges c's parts, or fails. A merge running on the same
+// parts makes the server refuse for a while: it is tried again.
+func (s *Sink) optimizeFinal(ctx context.Context, c compactee) error {
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"optimize_throw_if_noop": 1}))
+	for attempt := 0; ; attempt++ {
+		err := s.conn.Exec(ctx, "OPTIMIZE TABLE "+s.table(c.name)+c.partition+" FINAL")
+		if err == nil || !isCode(err, codeCannotAssignOptimize) || attempt == 20 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// pendingMutations returns how many mutations of a table are not done.
+func (s *Sink) pendingMutations(ctx context.Context, name string) (uint64, error) {
+	return s.queryUint(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0",
+		s.opts.Database, name)
+}
+
+// queryUints runs a query returning one row of UInt64 values into dst.
+func (s *Sink) queryUints(ctx context.Context, q string, args []any, dst ...*uint64) error {
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	vals := make([]any, len(dst))
+	for i, d := range dst {
+		vals[i] = d
+	}
+	for rows.Next() {
+		if err := rows.Scan(vals...); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
