@@ -29,7 +29,8 @@ func (r *runner) expireEvery(h *cdcHandler) time.Duration {
 // longer than tombstone_retention for keys that get no more events (a key
 // that gets an event forgets it then): tombstones of deleted keys, and the
 // members of coalesced SCD type 2 versions. Forgetting changes no row.
-// It returns once the loops are started; wait waits for them to end, after
+// After each pass a target is compacted where its destination keeps
+// removal markers (compactTarget). It returns once the loops are started; wait waits for them to end, after
 // ctx is done.
 func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget, handlers []batchHandler) (wait func()) {
 	var wg sync.WaitGroup
@@ -52,6 +53,11 @@ func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget,
 				case n > 0:
 					r.log.Info("expired state forgotten", "table", name, "keys", n)
 				}
+				if err == nil {
+					if err := r.compactTarget(ctx, name); err != nil && ctx.Err() == nil {
+						r.log.Warn("compaction stopped; it runs again later", "table", name, "err", err)
+					}
+				}
 			}
 		})
 	}
@@ -59,8 +65,8 @@ func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget,
 }
 
 // expireOnce is `update --expire`: one pass of expiry over every CDC
-// target's key states, after the flows ended, as run's loops make
-// periodically.
+// target's key states, after the flows ended, and its compaction, as run's
+// loops make periodically.
 func (r *runner) expireOnce(ctx context.Context, targets map[string]*cdcTarget, handlers []batchHandler) error {
 	lister, ok := r.sink.(sinks.StateLister)
 	if !ok {
@@ -76,8 +82,27 @@ func (r *runner) expireOnce(ctx context.Context, targets map[string]*cdcTarget, 
 			return fmt.Errorf("expiry of %s: %w", name, err)
 		}
 		r.log.Info("expired state forgotten", "table", name, "keys", n)
+		if err := r.compactTarget(ctx, name); err != nil {
+			return fmt.Errorf("compaction of %s: %w", name, err)
+		}
 	}
 	return nil
+}
+
+// compactTarget compacts a CDC target, after its expiry, in a destination
+// that keeps rows its logical content no longer shows (ClickHouse's removal
+// markers and removed key states) when they pass a tenth of what it
+// stores.
+func (r *runner) compactTarget(ctx context.Context, name string) error {
+	c, ok := r.sink.(sinks.CDCCompactor)
+	if !ok {
+		return nil
+	}
+	n, err := c.CompactCDC(ctx, name)
+	if n > 0 {
+		r.log.Info("target compacted", "table", name, "markers_dropped", n)
+	}
+	return err
 }
 
 // expiryHandler returns the handler whose flow decides a target's expiry:

@@ -9,17 +9,48 @@ import (
 
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/sinks"
+	chsink "github.com/sluicehq/sluice/sinks/clickhouse"
 )
 
 // newExpireStepper is a stepper of one SCD type 1 flow of topic whose
-// tombstone_retention is 1s, after an update of keys 1 and 2, key 1 then
-// deleted: the target holds key 2, the state a tombstone of key 1 too.
+// tombstone_retention is 1s, after an update of keys 1 and 2 and one of
+// key 1's delete: the target holds key 2, the state a tombstone of key 1
+// too (and ClickHouse a removal marker of key 1).
 func newExpireStepper(t *testing.T, broker, dest, topic string) *stepper {
 	s := newStepper(t, broker, dest, "tables:\n  - name: t\nflows:"+
 		flowYAML("f", topic, fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n    stored_as_scd_type: 1\n    tombstone_retention: 1s\n"))
-	s.produce(topic, U(1, "a", 1), U(2, "b", 1), D(1, 2))
+	s.produce(topic, U(1, "a", 1), U(2, "b", 1))
+	s.update()
+	s.produce(topic, D(1, 2))
 	s.update()
 	return s
+}
+
+// markersOf returns how many removal markers and removed key states
+// ClickHouse keeps for target t; ok is false in another destination.
+func markersOf(t *testing.T, sink sinks.Sink) (rows, states uint64, ok bool) {
+	t.Helper()
+	ch, ok := sink.(*chsink.Sink)
+	if !ok {
+		return 0, 0, false
+	}
+	conn, db := ch.StateConn()
+	count := func(q string) uint64 {
+		rs, err := conn.Query(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Close()
+		var n uint64
+		for rs.Next() {
+			if err := rs.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	return count("SELECT count() FROM " + db + "._sluice_phys_t WHERE _sluice_deleted = 1"),
+		count("SELECT count() FROM " + db + "._sluice_cdc_state WHERE target = 't' AND deleted = 1"), true
 }
 
 // checkLateChangeApplies checks that key 1, its tombstone forgotten, takes
@@ -60,6 +91,9 @@ func TestRunForgetsExpiredState(t *testing.T) {
 		if n := stateKeys(); n != 2 {
 			t.Fatalf("%d keys hold state after the update, want 2 (a live key and a tombstone)", n)
 		}
+		if rows, _, ok := markersOf(t, sink); ok && rows != 1 {
+			t.Fatalf("%d removal markers after the update, want key 1's", rows)
+		}
 
 		done := make(chan error, 1)
 		go func() {
@@ -71,6 +105,19 @@ func TestRunForgetsExpiredState(t *testing.T) {
 			if time.Now().After(deadline) {
 				cancel()
 				t.Fatalf("%d keys hold state after the retention, want 1: the tombstone was not forgotten", stateKeys())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// In ClickHouse the marker of key 1 is a third of the target's
+		// rows: the target is compacted after the expiry.
+		for {
+			rows, states, ok := markersOf(t, sink)
+			if !ok || rows == 0 && states == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("%d removal markers and %d removed states left: the target was not compacted", rows, states)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -91,6 +138,8 @@ func TestUpdateExpireForgetsExpiredState(t *testing.T) {
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic := "update_expire_" + dname
 		s := newExpireStepper(t, broker.Addr(), dest(t), topic)
+		var markers, removed uint64
+		var inCH bool
 		stateKeys := func() int {
 			ctx := context.Background()
 			sink, err := flows.OpenSink(ctx, s.p, nil)
@@ -102,6 +151,7 @@ func TestUpdateExpireForgetsExpiredState(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			markers, removed, inCH = markersOf(t, sink)
 			return len(keys)
 		}
 		time.Sleep(1100 * time.Millisecond) // past the retention
@@ -109,9 +159,17 @@ func TestUpdateExpireForgetsExpiredState(t *testing.T) {
 		if n := stateKeys(); n != 2 {
 			t.Fatalf("%d keys hold state after a plain update, want 2 (a live key and a tombstone)", n)
 		}
+		if inCH && markers != 1 {
+			t.Fatalf("%d removal markers after a plain update, want key 1's", markers)
+		}
 		s.updateWith(flows.Options{Expire: true})
 		if n := stateKeys(); n != 1 {
 			t.Fatalf("%d keys hold state after update --expire, want 1: the tombstone was not forgotten", n)
+		}
+		// In ClickHouse, key 1's marker is a third of the target's rows:
+		// update --expire compacts it away, and key 1's removed state.
+		if markers != 0 || removed != 0 {
+			t.Fatalf("%d removal markers and %d removed states after update --expire, want none", markers, removed)
 		}
 		s.checkLateChangeApplies(topic)
 	})

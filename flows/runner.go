@@ -80,8 +80,9 @@ type Options struct {
 	ExpireEvery time.Duration
 
 	// Expire makes update, once its flows ended without an error, go over
-	// every CDC target's key states once and forget what expired, as run
-	// does periodically.
+	// every CDC target's key states once and forget what expired, then
+	// compact the targets whose destination keeps removal markers when they
+	// pass a tenth of its rows, as run does periodically.
 	Expire bool
 
 	// PollFiles is how often run looks for new files of files and

@@ -35,7 +35,7 @@ func newUpdate(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&fullRefresh, "full-refresh", false, "empty every target and replay every flow from the start")
 	cmd.Flags().StringSliceVar(&refresh, "refresh", nil, "empty the targets of these flows (FLOW[,FLOW]) and replay every flow writing them from the start")
 	cmd.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false, "refresh even when a Kafka source no longer holds a flow's first offset")
-	cmd.Flags().BoolVar(&expire, "expire", false, "then go over every CDC target's key states and forget what tombstone_retention let expire, as run does periodically")
+	cmd.Flags().BoolVar(&expire, "expire", false, "then go over every CDC target's key states and forget what tombstone_retention let expire, and compact ClickHouse CDC targets whose removal markers pass a tenth of their rows, as run does periodically")
 	return cmd
 }
 
