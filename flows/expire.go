@@ -30,8 +30,8 @@ func (r *runner) expireEvery(h *cdcHandler) time.Duration {
 // that gets an event forgets it then): tombstones of deleted keys, and the
 // members of coalesced SCD type 2 versions. Forgetting changes no row.
 // After each pass a target is compacted where its destination keeps
-// removal markers (compactTarget). It returns once the loops are started; wait waits for them to end, after
-// ctx is done.
+// removal markers (compactTarget). It returns once the loops are started;
+// wait waits for them to end, after ctx is done.
 func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget, handlers []batchHandler) (wait func()) {
 	var wg sync.WaitGroup
 	lister, ok := r.sink.(sinks.StateLister)

@@ -36,11 +36,6 @@ const compactShare = 10
 // mutationWait bounds how long a compaction waits for its mutation.
 const mutationWait = 10 * time.Minute
 
-// codeCannotAssignOptimize is the server's answer to an OPTIMIZE that
-// cannot merge now (a merge of the same parts is running) or has nothing
-// to merge.
-const codeCannotAssignOptimize = 388
-
 // compactee is one table a compaction merges: the physical table, or the
 // target's partition of the state table.
 type compactee struct {
@@ -89,7 +84,7 @@ func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, 
 	for _, c := range []compactee{
 		{what: table, name: ct.phys, deleted: quote(deletedColumn), version: quote(versionColumn)},
 		{what: "the state of " + table, name: cdcStateTable, partition: " PARTITION '" + table + "'",
-			filter: "target = ? AND ", args: []any{table}, deleted: "deleted", version: "version"},
+			filter: "target = ? AND ", args: []any{table}, deleted: quote("deleted"), version: quote("version")},
 	} {
 		n, err := s.compactOne(ctx, c, share)
 		dropped += n
@@ -111,15 +106,13 @@ func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64
 		c.args, &markers, &rows, &top); err != nil {
 		return fail(err)
 	}
-	if rows == 0 || share > 0 && (markers == 0 || markers*share < rows) {
+	if rows == 0 || (share > 0 && (markers == 0 || markers*share < rows)) {
 		return 0, nil
 	}
-	pending, err := s.pendingMutations(ctx, c.name)
-	if err != nil {
+	// A mutation still running (an earlier compaction's, another
+	// target's on the state table) is waited for rather than piled on.
+	if err := s.waitMutations(ctx, c.name); err != nil {
 		return fail(err)
-	}
-	if pending > 0 {
-		return fail(fmt.Errorf("%d mutations of %s are still running: it is compacted once they are done", pending, c.name))
 	}
 	if err := s.optimizeFinal(ctx, c); err != nil {
 		return fail(err)
@@ -139,19 +132,32 @@ func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64
 	if err := s.conn.Exec(ctx, "ALTER TABLE "+s.table(c.name)+" DELETE WHERE "+cond, args...); err != nil {
 		return fail(err)
 	}
+	if err := s.waitMutations(ctx, c.name); err != nil {
+		return fail(fmt.Errorf("the deletion of %d markers: %w", gone, err))
+	}
+	return int64(gone), nil
+}
+
+// waitMutations waits, at most mutationWait, until no mutation of a table
+// is left to do.
+func (s *Sink) waitMutations(ctx context.Context, name string) error {
 	wctx, cancel := context.WithTimeout(ctx, mutationWait)
 	defer cancel()
 	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		n, err := s.pendingMutations(wctx, c.name)
+		n, err := s.queryUint(wctx, "SELECT count() FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0",
+			s.opts.Database, name)
 		if err != nil {
-			return fail(fmt.Errorf("wait for the deletion of %d markers (it goes on in the server): %w", gone, err))
+			return err
 		}
 		if n == 0 {
-			return int64(gone), nil
+			return nil
 		}
 		select {
 		case <-wctx.Done():
-			return fail(fmt.Errorf("the deletion of %d markers is still running after %v (it goes on in the server)", gone, mutationWait))
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%d mutations of %s still running after %v (they go on in the server)", n, name, mutationWait)
 		case <-time.After(delay):
 		}
 	}
@@ -172,12 +178,6 @@ func (s *Sink) optimizeFinal(ctx context.Context, c compactee) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-// pendingMutations returns how many mutations of a table are not done.
-func (s *Sink) pendingMutations(ctx context.Context, name string) (uint64, error) {
-	return s.queryUint(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0",
-		s.opts.Database, name)
 }
 
 // queryUints runs a query returning one row of UInt64 values into dst.

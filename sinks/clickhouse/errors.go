@@ -16,28 +16,29 @@ import (
 
 // ClickHouse error codes the sink looks at.
 const (
-	codeUnknownTable        = 60
-	codeTableIsDropped      = 218
-	codeTableAlreadyExists  = 57
-	codeTimeoutExceeded     = 159
-	codeTooSlow             = 160
-	codeTooManyQueries      = 202
-	codeNoFreeConnection    = 203
-	codeSocketTimeout       = 209
-	codeNetworkError        = 210
-	codeNoZooKeeper         = 225
-	codeAborted             = 236
-	codeMemoryLimit         = 241
-	codeTableIsReadOnly     = 242
-	codeNotEnoughSpace      = 243
-	codeTooManyParts        = 252
-	codeAllConnectionsTried = 279
-	codeUnknownInsertStatus = 319
-	codeQueryWasCancelled   = 394
-	codeCannotSchedule      = 439
-	codeDeadlockAvoided     = 473
-	codeKeeperException     = 999
-	codePocoException       = 1000
+	codeUnknownTable         = 60
+	codeTableIsDropped       = 218
+	codeTableAlreadyExists   = 57
+	codeTimeoutExceeded      = 159
+	codeTooSlow              = 160
+	codeTooManyQueries       = 202
+	codeNoFreeConnection     = 203
+	codeSocketTimeout        = 209
+	codeNetworkError         = 210
+	codeNoZooKeeper          = 225
+	codeAborted              = 236
+	codeMemoryLimit          = 241
+	codeTableIsReadOnly      = 242
+	codeNotEnoughSpace       = 243
+	codeTooManyParts         = 252
+	codeAllConnectionsTried  = 279
+	codeUnknownInsertStatus  = 319
+	codeCannotAssignOptimize = 388 // an OPTIMIZE that cannot merge now, or has nothing to merge
+	codeQueryWasCancelled    = 394
+	codeCannotSchedule       = 439
+	codeDeadlockAvoided      = 473
+	codeKeeperException      = 999
+	codePocoException        = 1000
 )
 
 // retryableCodes are server errors that a later attempt of the same work
