@@ -54,11 +54,14 @@ func TestBackgroundCleanup(t *testing.T) {
 			}
 			ft := &fault{match: []string{"ATTACH PARTITION"}}
 			withFaults(s1).add(ft)
+			// Taken before the commit: the failed publication after it may
+			// take a while on a busy machine, and the grace period counts
+			// from the commit.
+			committed := time.Now()
 			err := commitEvents(ctx, s1, "second", 30, 60)
 			if !ft.fired || err == nil || !s1.Retryable(err) {
 				t.Fatalf("commit with publication failing: %v (fired %v), want a retryable error", err, ft.fired)
 			}
-			committed := time.Now()
 			// s1 is abandoned here, as by kill -9, its load committed and
 			// not published.
 			if tc.heartbeat {
