@@ -92,22 +92,24 @@ func (c *Cache) clear() {
 
 // Get returns the states of keys, reading the ones it does not hold from
 // the store and keeping them.
-func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, error) {
-	out := make(map[string]*KeyState, len(keys))
+func (c *Cache) Get(ctx context.Context, keys []string) ([]*KeyState, error) {
+	out := make([]*KeyState, len(keys))
 	var miss []string
+	var missAt []int // miss[j] is keys[missAt[j]]
 	states := make([]KeyState, 0, len(keys))
 	c.mu.Lock()
 	changes := c.changes
-	for _, k := range keys {
+	for at, k := range keys {
 		if i, _ := c.find(k); i >= 0 {
 			c.touch(i)
 			if data := c.data(i); data != "" {
 				states = append(states, KeyState{enc: data})
-				out[k] = &states[len(states)-1]
+				out[at] = &states[len(states)-1]
 			}
 			continue
 		}
 		miss = append(miss, k)
+		missAt = append(missAt, at)
 	}
 	c.mu.Unlock()
 	if len(miss) == 0 {
@@ -119,7 +121,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	}
 	encs := make([]string, len(miss))
 	for i, k := range miss {
-		if s := got[k]; s != nil {
+		if s := got[i]; s != nil {
 			if encs[i], err = s.Encoding(); err != nil {
 				return nil, fmt.Errorf("state of key %x: %w", k, err)
 			}
@@ -129,7 +131,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 	defer c.mu.Unlock()
 	keep := c.changes == changes
 	for i, k := range miss {
-		s := got[k]
+		s := got[i]
 		if j, h := c.find(k); j >= 0 && c.data(j) != encs[i] { // a Commit in between is newer
 			s = nil
 			if data := c.data(j); data != "" {
@@ -138,9 +140,7 @@ func (c *Cache) Get(ctx context.Context, keys []string) (map[string]*KeyState, e
 		} else if j < 0 && keep {
 			c.set(k, h, j, encs[i])
 		}
-		if s != nil {
-			out[k] = s
-		}
+		out[missAt[i]] = s
 	}
 	return out, nil
 }

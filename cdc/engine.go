@@ -496,10 +496,13 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	for g := range groups {
 		keys[g] = groups[g].key
 	}
-	var states map[string]*KeyState
+	var states []*KeyState // states[g] is groups[g]'s
 	if len(keys) > 0 {
 		if states, err = e.store.Get(ctx, keys); err != nil {
 			return nil, fmt.Errorf("cdc: flow %s: read key states: %w", e.cfg.Flow, err)
+		}
+		if len(states) != len(keys) {
+			return nil, fmt.Errorf("cdc: flow %s: the state store returned %d states for %d keys", e.cfg.Flow, len(states), len(keys))
 		}
 	}
 	if err := e.applyKeys(a, groups, states, oldB, newB); err != nil {
@@ -519,15 +522,15 @@ type group struct {
 	fresh []event
 }
 
-// applyKeys applies each group's events over its key's state, into a's
-// Output. Keys are independent: a large batch's keys are split into
+// applyKeys applies each group's events over its key's state (states[g]
+// is groups[g]'s), into a's Output. Keys are independent: a large batch's keys are split into
 // contiguous runs, each applied by a goroutine of its own into an Output
 // of its own, and the runs' Outputs are appended in order, so that the
 // result is the one a single goroutine would give.
-func (e *Engine) applyKeys(a *applyCtx, groups []group, states map[string]*KeyState, oldB, newB []Barrier) error {
-	run := func(a *applyCtx, groups []group) error {
-		for _, g := range groups {
-			err := a.applyKey(g.key, states[g.key], g.fresh, oldB, newB)
+func (e *Engine) applyKeys(a *applyCtx, groups []group, states []*KeyState, oldB, newB []Barrier) error {
+	run := func(a *applyCtx, groups []group, states []*KeyState) error {
+		for i, g := range groups {
+			err := a.applyKey(g.key, states[i], g.fresh, oldB, newB)
 			a.release()
 			if err != nil {
 				return err
@@ -537,7 +540,7 @@ func (e *Engine) applyKeys(a *applyCtx, groups []group, states map[string]*KeySt
 	}
 	w := min(e.workers, len(groups)/max(e.parallelKeys, 1))
 	if w <= 1 {
-		return run(a, groups)
+		return run(a, groups, states)
 	}
 	parts := make([]*applyCtx, w)
 	errs := make([]error, w)
@@ -549,7 +552,7 @@ func (e *Engine) applyKeys(a *applyCtx, groups []group, states map[string]*KeySt
 			out := &Output{Upserts: e.newRows(hi - lo), Deletes: e.newRows(0), States: make([]KeyChange, 0, hi-lo)}
 			parts[i] = e.newApplyCtx(a.in, a.now, a.refresh, out, i)
 		}
-		wg.Go(func() { errs[i] = run(parts[i], groups[lo:hi]) })
+		wg.Go(func() { errs[i] = run(parts[i], groups[lo:hi], states[lo:hi]) })
 	}
 	wg.Wait()
 	for _, p := range parts[1:] {

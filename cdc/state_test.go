@@ -253,7 +253,7 @@ type countingStore struct {
 	fail error
 }
 
-func (s *countingStore) Get(ctx context.Context, keys []string) (map[string]*KeyState, error) {
+func (s *countingStore) Get(ctx context.Context, keys []string) ([]*KeyState, error) {
 	s.gets++
 	if s.fail != nil {
 		return nil, s.fail
@@ -290,8 +290,8 @@ func TestCache(t *testing.T) {
 
 	c := NewCache(st, 3*one)
 	got, err := c.Get(ctx, keys)
-	if err != nil || len(got) != 10 || st.gets != 1 {
-		t.Fatalf("Get: %d states, %v, %d reads", len(got), err, st.gets)
+	if err != nil || len(got) != 10 || slices.Contains(got, nil) || st.gets != 1 {
+		t.Fatalf("Get: %v, %v, %d reads", got, err, st.gets)
 	}
 	if c.Len() != 3 || c.Bytes() > 3*one {
 		t.Fatalf("cache holds %d keys, %d bytes; want 3 keys within %d", c.Len(), c.Bytes(), 3*one)
@@ -314,14 +314,25 @@ func TestCache(t *testing.T) {
 	if _, err := c.Get(ctx, []string{"nope"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := c.Get(ctx, []string{"nope"}); len(got) != 0 || st.gets != 4 {
+	if got, _ := c.Get(ctx, []string{"nope"}); len(got) != 1 || got[0] != nil || st.gets != 4 {
 		t.Fatalf("absent key: %v, %d reads", got, st.gets)
 	}
 	// Commit replaces, a nil state removes.
 	c.Commit(&Output{States: []KeyChange{{Key: "nope", State: out.States[0].State}, {Key: keys[0]}}})
 	got, _ = c.Get(ctx, []string{"nope", keys[0]})
-	if got["nope"] == nil || got["nope"].enc != out.States[0].State.enc || !equalEvents(decoded(t, got["nope"]).events, decoded(t, out.States[0].State).events) || got[keys[0]] != nil || st.gets != 4 {
+	if got[0] == nil || got[0].enc != out.States[0].State.enc || !equalEvents(decoded(t, got[0]).events, decoded(t, out.States[0].State).events) || got[1] != nil || st.gets != 4 {
 		t.Fatalf("after commit: %v, %d reads", got, st.gets)
+	}
+	// States come in the order of the keys, hits and misses mixed.
+	mixed := []string{keys[1], "gone", keys[8], keys[2]}
+	got, err = c.Get(ctx, mixed)
+	if err != nil || len(got) != len(mixed) || got[1] != nil {
+		t.Fatalf("mixed Get: %v, %v", got, err)
+	}
+	for i, k := range mixed {
+		if k != "gone" && (got[i] == nil || got[i].enc != string(st.keys[k])) {
+			t.Fatalf("mixed Get: state %d is not key %x's", i, k)
+		}
 	}
 	// Errors are wrapped once; Reset forgets.
 	c.Reset()
@@ -459,8 +470,8 @@ func TestCacheHoldsEncodings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, kc := range out.States {
-			g := got[kc.Key]
+		for i, kc := range out.States {
+			g := got[i] // keys[i] is kc.Key
 			if g == nil {
 				t.Fatalf("SCD type %d: key %x: no cached state", scd, kc.Key)
 			}

@@ -11,11 +11,11 @@ import (
 // sink keeps it (hidden state in the destination). Sinks implement it;
 // Cache sits in front of it.
 type StateStore interface {
-	// Get returns the committed state of those keys that have one; keys
-	// without state are absent from the map. Keys are the encodings of
-	// Rows.Keys and KeyChange.Key. The states returned must not be
-	// modified.
-	Get(ctx context.Context, keys []string) (map[string]*KeyState, error)
+	// Get returns the committed state of each key, in the order of keys:
+	// nil for a key without state. Keys are the encodings of Rows.Keys and
+	// KeyChange.Key. The states returned must not be modified; the slice
+	// is the caller's.
+	Get(ctx context.Context, keys []string) ([]*KeyState, error)
 	// Table returns the committed table-wide state (the zero value when
 	// there is none).
 	Table(ctx context.Context) (TableState, error)
@@ -34,11 +34,11 @@ type MemStore struct {
 func NewMemStore() *MemStore { return &MemStore{keys: map[string][]byte{}} }
 
 // Get implements StateStore.
-func (m *MemStore) Get(_ context.Context, keys []string) (map[string]*KeyState, error) {
+func (m *MemStore) Get(_ context.Context, keys []string) ([]*KeyState, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]*KeyState, len(keys))
-	for _, k := range keys {
+	out := make([]*KeyState, len(keys))
+	for i, k := range keys {
 		data, ok := m.keys[k]
 		if !ok {
 			continue
@@ -47,7 +47,7 @@ func (m *MemStore) Get(_ context.Context, keys []string) (map[string]*KeyState, 
 		if err := s.UnmarshalBinary(data); err != nil {
 			return nil, fmt.Errorf("key %x: %w", k, err)
 		}
-		out[k] = s
+		out[i] = s
 	}
 	return out, nil
 }

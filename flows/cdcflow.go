@@ -63,13 +63,14 @@ type stateStore struct {
 	table string
 }
 
-func (s stateStore) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
+func (s stateStore) Get(ctx context.Context, keys []string) ([]*cdc.KeyState, error) {
 	raw, err := s.sr.GetState(ctx, s.table, keys)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]*cdc.KeyState, len(raw))
-	for k, v := range raw {
+	out := make([]*cdc.KeyState, len(keys))
+	for i, k := range keys {
+		v := raw[k]
 		if k == "" || v == nil {
 			continue
 		}
@@ -77,7 +78,7 @@ func (s stateStore) Get(ctx context.Context, keys []string) (map[string]*cdc.Key
 		if err := st.UnmarshalBinary(v); err != nil {
 			return nil, fmt.Errorf("state of %s: %w", s.table, err)
 		}
-		out[k] = st
+		out[i] = st
 	}
 	return out, nil
 }

@@ -158,7 +158,7 @@ func (t *cdcTarget) exclusive(ctx context.Context, fn func() error) error {
 // outputs over the committed states of its cache. It is read under t.mu.
 type pendingStore struct{ t *cdcTarget }
 
-func (s pendingStore) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
+func (s pendingStore) Get(ctx context.Context, keys []string) ([]*cdc.KeyState, error) {
 	return layered{base: s.t.cache, top: s.t.pending}.Get(ctx, keys)
 }
 
@@ -173,24 +173,20 @@ type layered struct {
 	top  []*pendingOutput
 }
 
-func (l layered) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
-	m, err := l.base.Get(ctx, keys) // a map of its own, as every store returns
+func (l layered) Get(ctx context.Context, keys []string) ([]*cdc.KeyState, error) {
+	got, err := l.base.Get(ctx, keys) // a slice of its own, as every store returns
 	if err != nil || len(l.top) == 0 {
-		return m, err
+		return got, err
 	}
-	for _, k := range keys {
+	for at, k := range keys {
 		for i := len(l.top) - 1; i >= 0; i-- {
 			if st, ok := l.top[i].states[k]; ok {
-				if st == nil {
-					delete(m, k)
-				} else {
-					m[k] = st
-				}
+				got[at] = st // nil: removed
 				break
 			}
 		}
 	}
-	return m, nil
+	return got, nil
 }
 
 func (l layered) Table(ctx context.Context) (cdc.TableState, error) {

@@ -20,18 +20,22 @@ type engineStore struct {
 	table string
 }
 
-func (st engineStore) Get(ctx context.Context, keys []string) (map[string]*cdc.KeyState, error) {
+func (st engineStore) Get(ctx context.Context, keys []string) ([]*cdc.KeyState, error) {
 	got, err := st.s.GetState(ctx, st.table, keys)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]*cdc.KeyState, len(got))
-	for k, v := range got {
+	out := make([]*cdc.KeyState, len(keys))
+	for i, k := range keys {
+		v, ok := got[k]
+		if !ok {
+			continue
+		}
 		ks := &cdc.KeyState{}
 		if err := ks.UnmarshalBinary(v); err != nil {
 			return nil, err
 		}
-		out[k] = ks
+		out[i] = ks
 	}
 	return out, nil
 }
