@@ -523,10 +523,10 @@ type group struct {
 }
 
 // applyKeys applies each group's events over its key's state (states[g]
-// is groups[g]'s), into a's Output. Keys are independent: a large batch's keys are split into
-// contiguous runs, each applied by a goroutine of its own into an Output
-// of its own, and the runs' Outputs are appended in order, so that the
-// result is the one a single goroutine would give.
+// is groups[g]'s), into a's Output. Keys are independent: a large batch's
+// keys are split into contiguous runs, each applied by a goroutine of its
+// own into an Output of its own, and the runs' Outputs are appended in
+// order, so that the result is the one a single goroutine would give.
 func (e *Engine) applyKeys(a *applyCtx, groups []group, states []*KeyState, oldB, newB []Barrier) error {
 	run := func(a *applyCtx, groups []group, states []*KeyState) error {
 		for i, g := range groups {
