@@ -42,7 +42,7 @@ type compactee struct {
 	what      string
 	name      string // unquoted
 	partition string // " PARTITION '<target>'", or "" for the whole table
-	filter    string // "target = ? AND ", or ""
+	filter    string // "target = ?", or "" for every row
 	args      []any  // the filter's
 	deleted   string // quoted column names
 	version   string
@@ -84,7 +84,7 @@ func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, 
 	for _, c := range []compactee{
 		{what: table, name: ct.phys, deleted: quote(deletedColumn), version: quote(versionColumn)},
 		{what: "the state of " + table, name: cdcStateTable, partition: " PARTITION '" + table + "'",
-			filter: "target = ? AND ", args: []any{table}, deleted: quote("deleted"), version: quote("version")},
+			filter: "target = ?", args: []any{table}, deleted: quote("deleted"), version: quote("version")},
 	} {
 		n, err := s.compactOne(ctx, c, share)
 		dropped += n
@@ -97,9 +97,9 @@ func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, 
 
 func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64, error) {
 	fail := func(err error) (int64, error) { return 0, fmt.Errorf("clickhouse: compact %s: %w", c.what, err) }
-	where := ""
+	where, and := "", ""
 	if c.filter != "" {
-		where = " WHERE " + c.filter + "1"
+		where, and = " WHERE "+c.filter, c.filter+" AND "
 	}
 	var markers, rows, top uint64
 	if err := s.queryUints(ctx, "SELECT countIf("+c.deleted+" = 1), count(), max("+c.version+") FROM "+s.table(c.name)+where,
@@ -120,7 +120,7 @@ func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64
 	if s.afterMerge != nil {
 		s.afterMerge()
 	}
-	cond := c.filter + c.deleted + " = 1 AND " + c.version + " <= ?"
+	cond := and + c.deleted + " = 1 AND " + c.version + " <= ?"
 	args := append(append([]any(nil), c.args...), top)
 	gone, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(c.name)+" WHERE "+cond, args...)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
 )
 
@@ -129,67 +128,27 @@ func TestCDCCompactDropsMarkers(t *testing.T) {
 
 // TestCDCCompactSCD2 compacts an SCD type 2 target, whose identities are
 // versions (key, __START_AT): the markers of removed versions go, the other
-// versions of their keys stay.
+// versions of their keys stay. The versions come from the CDC engine.
 func TestCDCCompactSCD2(t *testing.T) {
 	_, open := cdcSetup(t)
 	s := open()
-	ctx := context.Background()
-	type ver struct {
-		id         int64
-		name       string
-		start, end int64 // end 0: current
-	}
-	rows := func(vs ...ver) (*batch.Batch, []string, []string) {
-		b := batch.New(histSchema, len(vs))
-		var keys, seqs []string
-		for _, v := range vs {
-			b.Vectors[0].AppendInt(v.id)
-			b.Vectors[1].AppendString(v.name)
-			b.Vectors[2].AppendInt(v.start)
-			if v.end == 0 {
-				b.Vectors[3].AppendNull()
-			} else {
-				b.Vectors[3].AppendInt(v.end)
-			}
-			keys = append(keys, ckey(v.id))
-			seqs = append(seqs, cseq(v.start))
-		}
-		return b, keys, seqs
-	}
-	op := func(remove bool, vs ...ver) cdcOp {
-		return func(ctx context.Context, ld sinks.CDCLoad) error {
-			b, k, sq := rows(vs...)
-			if remove {
-				return ld.Remove(ctx, histTable.Name, b, k, sq)
-			}
-			return ld.Upsert(ctx, histTable.Name, b, k, sq)
-		}
-	}
-	content := func() []string {
-		return queryStrings(t, s, "SELECT concat(toString(id), '|', name, '|', toString(__START_AT), '|', ifNull(toString(__END_AT), '-')) FROM "+
-			s.table(histTable.Name)+" ORDER BY id, __START_AT")
-	}
-	phys := s.table(physName(histTable.Name))
-	if err := cdcLoadTo(ctx, s, histTable.Name, "h1", 0, op(false, ver{1, "a", 1, 2}, ver{1, "b", 2, 3}, ver{1, "c", 3, 0}, ver{2, "x", 1, 0})); err != nil {
-		t.Fatal(err)
-	}
-	// A late event absorbed version 2 of key 1 into version 1; key 2 is
-	// deleted.
-	if err := cdcLoadTo(ctx, s, histTable.Name, "h2", 1, op(true, ver{1, "b", 2, 3}, ver{2, "x", 1, 0}), op(false, ver{1, "a", 1, 3})); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"1|a|1|3", "1|c|3|-"}
-	if got := content(); !slices.Equal(got, want) {
+	r := newEngineRun(t, s, f1("hist_compact", 2))
+	r.apply(u(1, "a", 10), u(1, "b", 20), u(1, "c", 30), u(2, "x", 10))
+	// At sequence 20 key 1 becomes "a" again: its version from 20 joins the
+	// one from 10. A delete at key 2's only sequence removes its version.
+	r.apply(u(1, "a", 20), d(2, 10))
+	want := []string{"1,a,10,30", "1,c,30,∞"}
+	if got := r.content(); !slices.Equal(got, want) {
 		t.Fatalf("before: %v, want %v", got, want)
 	}
-	dropped, err := s.CompactCDC(ctx, histTable.Name)
+	dropped, err := s.CompactCDC(context.Background(), r.cfg.Target)
 	if err != nil || dropped != 2 {
 		t.Fatalf("CompactCDC: %d rows dropped, %v; want the 2 markers", dropped, err)
 	}
-	if got := content(); !slices.Equal(got, want) {
+	if got := r.content(); !slices.Equal(got, want) {
 		t.Fatalf("after: %v, want %v", got, want)
 	}
-	if got := queryStrings(t, s, "SELECT toString(count()) FROM "+phys); !slices.Equal(got, []string{"2"}) {
+	if got := queryStrings(t, s, "SELECT toString(count()) FROM "+s.table(physName(r.cfg.Target))); !slices.Equal(got, []string{"2"}) {
 		t.Fatalf("the physical table holds %v rows, want the 2 versions", got)
 	}
 }
