@@ -66,6 +66,16 @@ type StateReader interface {
 	GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error)
 }
 
+// KeyStateProber is a StateReader that can tell, with one cheap read, that
+// a CDC target has no key state: the engine's cache then knows that every
+// state is one it was given, and a new target's loads read none back.
+type KeyStateProber interface {
+	// HasKeyStates reports whether any key of table has a state (the
+	// table's own state aside; a removed key may count), as of every load
+	// committed before the call.
+	HasKeyStates(ctx context.Context, table string) (bool, error)
+}
+
 // Leaser keeps CDC targets to one writer at a time: a lease row in the
 // destination, renewed while the writer runs.
 type Leaser interface {

@@ -45,6 +45,31 @@ func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[s
 	return out, nil
 }
 
+// HasKeyStates reports whether any key of table has a state row (a
+// removed one counts, until a compaction drops it), as of the last
+// committed load of table.
+func (s *Sink) HasKeyStates(ctx context.Context, table string) (bool, error) {
+	if err := s.ensureSystem(ctx); err != nil {
+		return false, err
+	}
+	if _, err := s.cdcInfo(ctx, table); err != nil {
+		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
+	}
+	if err := s.settle(ctx, table); err != nil {
+		return false, err
+	}
+	rows, err := s.conn.Query(ctx, "SELECT key FROM "+s.table(cdcStateTable)+" WHERE target = ? AND key != '' LIMIT 1", table)
+	if err != nil {
+		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
+	}
+	defer rows.Close()
+	has := rows.Next()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
+	}
+	return has, nil
+}
+
 func (s *Sink) readStates(ctx context.Context, table string, keys []string, out map[string][]byte) error {
 	keyTable, err := ext.NewTable("sluice_keys", ext.Column("key", chcol.Type("String")))
 	if err != nil {

@@ -68,10 +68,11 @@ type Sink struct {
 }
 
 var (
-	_ sinks.Sink        = (*Sink)(nil)
-	_ sinks.StateReader = (*Sink)(nil)
-	_ sinks.Leaser      = (*Sink)(nil)
-	_ sinks.CDCLoad     = (*load)(nil)
+	_ sinks.Sink           = (*Sink)(nil)
+	_ sinks.StateReader    = (*Sink)(nil)
+	_ sinks.KeyStateProber = (*Sink)(nil)
+	_ sinks.Leaser         = (*Sink)(nil)
+	_ sinks.CDCLoad        = (*load)(nil)
 )
 
 // Open connects to the server and detects its version. The database is

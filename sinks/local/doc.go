@@ -195,7 +195,8 @@
 // load with states for the table above the file's "through" (its writer
 // died after the commit point, or its publishing failed), GetState first
 // takes the lock and publishes, so it always returns the state as of the
-// last committed load, and that state agrees with the rows. A reader of the
+// last committed load, and that state agrees with the rows. HasKeyStates
+// (whether any key has a state) reads the same way. A reader of the
 // table's folder and a reader of its state may each see a load a moment
 // before the other (they switch one after the other); only the writer reads
 // state, after its commit returned.

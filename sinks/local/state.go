@@ -234,7 +234,10 @@ func migrateKeys(tx *bolt.Tx) ([]stateKV, error) {
 	return old, nil
 }
 
-var _ sinks.StateReader = (*Sink)(nil)
+var (
+	_ sinks.StateReader    = (*Sink)(nil)
+	_ sinks.KeyStateProber = (*Sink)(nil)
+)
 
 // GetState returns the committed state of each key of a CDC target that
 // has one; the key "" is the table's own state. It reflects every committed
@@ -242,45 +245,78 @@ var _ sinks.StateReader = (*Sink)(nil)
 // writer died after the commit point, or its publishing failed), GetState
 // takes the destination lock and publishes first.
 func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error) {
+	out := map[string][]byte{} // a table without a state file has none
+	err := s.readCommitted(ctx, table, "get state", func(tx *bolt.Tx) error {
+		out = make(map[string][]byte, len(keys))
+		return statesIn(tx, keys, out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HasKeyStates reports whether any key of a CDC target has a state (a
+// removed key may count), as of every committed load, as GetState does.
+func (s *Sink) HasKeyStates(ctx context.Context, table string) (bool, error) {
+	var has bool
+	err := s.readCommitted(ctx, table, "probe key states", func(tx *bolt.Tx) error {
+		has = false
+		for _, name := range [][]byte{stateChunks, stateKeys} {
+			if b := tx.Bucket(name); b != nil {
+				if k, _ := b.Cursor().First(); k != nil {
+					has = true
+				}
+			}
+		}
+		return nil
+	})
+	return has, err
+}
+
+// readCommitted runs read in a read transaction of a CDC target's state
+// file (not at all when it has none) that holds every load committed
+// before the call: when the file's "through" lags the ledger, it publishes
+// first, then reads again. A load that commits meanwhile (another
+// goroutine's, its states still queued) may show or not, as with any read
+// racing a write.
+func (s *Sink) readCommitted(ctx context.Context, table, what string, read func(*bolt.Tx) error) error {
 	if s.closed.Load() {
-		return nil, errClosed
+		return errClosed
 	}
 	def, err := s.table(table)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("local: get state of %s: %w", table, sinks.ErrUnknownTable)
+		return fmt.Errorf("local: %s of %s: %w", what, table, sinks.ErrUnknownTable)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+		return fmt.Errorf("local: %s of %s: %w", what, table, err)
 	}
 	if def.Kind == sinks.KindAppend {
-		return nil, fmt.Errorf("local: get state of %s: not a CDC target", table)
+		return fmt.Errorf("local: %s of %s: not a CDC target", what, table)
 	}
-	// The states reflect every load committed before the call: a load that
-	// commits meanwhile (another goroutine's, its states still queued) may
-	// show or not, as with any read racing a write.
 	s.led.mu.Lock()
 	err = s.led.refresh(false)
 	last := s.led.stateLast[table]
 	s.led.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+		return fmt.Errorf("local: %s of %s: %w", what, table, err)
 	}
 	for attempt := 0; ; attempt++ {
-		out, through, err := s.readStates(table, keys)
+		through, err := s.readState(table, read)
 		if err != nil {
-			return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+			return fmt.Errorf("local: %s of %s: %w", what, table, err)
 		}
 		if through >= last {
-			return out, nil
+			return nil
 		}
 		if attempt > 0 {
-			return nil, fmt.Errorf("local: get state of %s: load %d is committed but its states are not applied", table, last)
+			return fmt.Errorf("local: %s of %s: load %d is committed but its states are not applied", what, table, last)
 		}
 		if err := s.publishThrough(ctx, last); err != nil {
-			return nil, fmt.Errorf("local: get state of %s: %w", table, err)
+			return fmt.Errorf("local: %s of %s: %w", what, table, err)
 		}
 		if err := s.crashAt("get-state-published"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
@@ -305,22 +341,23 @@ func (s *Sink) publishThrough(ctx context.Context, seq int64) error {
 
 // readStates reads the states of keys and the seq the state file holds
 // loads through, in one read transaction.
-func (s *Sink) readStates(table string, keys []string) (map[string][]byte, int64, error) {
-	out := make(map[string][]byte, len(keys))
+// readState runs read in a read transaction of table's state file and
+// returns the file's "through"; a table without one reads nothing.
+func (s *Sink) readState(table string, read func(*bolt.Tx) error) (int64, error) {
 	db, err := s.openState(table, true)
 	if errors.Is(err, fs.ErrNotExist) {
-		return out, 0, nil
+		return 0, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	defer db.Close()
 	var through int64
 	err = db.View(func(tx *bolt.Tx) error {
 		through = readThrough(tx)
-		return statesIn(tx, keys, out)
+		return read(tx)
 	})
-	return out, through, err
+	return through, err
 }
 
 // statesIn adds to out the states of keys that have one, read in tx.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/sluicehq/sluice/sinks"
 )
 
@@ -96,7 +98,7 @@ func TestStatesAppliedAfterCommit(t *testing.T) {
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
-				if _, through, err := s.readStates(custTable.Name, nil); err != nil || through != last {
+				if through, err := s.readState(custTable.Name, func(*bolt.Tx) error { return nil }); err != nil || through != last {
 					t.Fatalf("state file holds loads through %d (%v), want %d", through, err, last)
 				}
 				check(s, "at the end")

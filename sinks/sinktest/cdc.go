@@ -35,6 +35,7 @@ func RunCDC(t *testing.T, newDestination Factory, opts ...Option) {
 		{"truncate_below", testTruncateBelow},
 		{"states_round_trip", testStates},
 		{"states_many_keys", testStatesMany},
+		{"key_state_probe", testKeyStateProbe},
 		{"replayed_load_changes_nothing", testCDCReplay},
 		{"uncommitted_load_leaves_nothing", testCDCUncommitted},
 		{"aborted_load_leaves_nothing", testCDCAbort},
@@ -563,6 +564,48 @@ func testStates(t *testing.T, h *harness) {
 	recoverLedger(t, s2)
 	expectState(t, s2, scd1Table.Name, "in a new sink", keys, want)
 	expectContent(t, s2, scd1Table, "rows beside states", "1|a|1")
+}
+
+// testKeyStateProbe checks HasKeyStates: no key state in a new table, nor
+// with a table state alone or an open load's; a committed key state shows,
+// in its own table only, and stays while removed.
+func testKeyStateProbe(t *testing.T, h *harness) {
+	s := h.sink()
+	ensure(t, s, scd1Table, scd2Table)
+	p, ok := s.(sinks.KeyStateProber)
+	if !ok {
+		t.Fatalf("%T does not implement sinks.KeyStateProber", s)
+	}
+	expect := func(what string, s sinks.Sink, table string, want bool) {
+		t.Helper()
+		has, err := s.(sinks.KeyStateProber).HasKeyStates(context.Background(), table)
+		if err != nil || has != want {
+			t.Fatalf("%s: HasKeyStates %s = %v, %v; want %v", what, table, has, err, want)
+		}
+	}
+	expect("a new table", s, scd1Table.Name, false)
+	h.mustCDC(s, "f", putState(scd1Table.Name, sinks.StateEntry{Key: "", Value: []byte("table")}))
+	expect("a table state alone", s, scd1Table.Name, false)
+
+	ld, _ := h.beginCDC(s, "f", scd1Table.Name)
+	if err := ld.PutState(context.Background(), scd1Table.Name, []sinks.StateEntry{{Key: encKey(1), Value: []byte("open")}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("during an open load", s, scd1Table.Name, false)
+	if err := ld.Abort(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expect("after an aborted load", s, scd1Table.Name, false)
+
+	h.mustCDC(s, "f", putState(scd1Table.Name, sinks.StateEntry{Key: encKey(1), Value: []byte("one")}))
+	expect("after a committed key state", s, scd1Table.Name, true)
+	expect("the other table", s, scd2Table.Name, false)
+	s2 := h.sink()
+	recoverLedger(t, s2)
+	expect("in a new sink", s2, scd1Table.Name, true)
+	if _, err := p.HasKeyStates(context.Background(), "no_such_table"); err == nil {
+		t.Fatal("HasKeyStates of an unknown table succeeded")
+	}
 }
 
 func testStatesMany(t *testing.T, h *harness) {
