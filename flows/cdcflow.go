@@ -83,6 +83,17 @@ func (s stateStore) Get(ctx context.Context, keys []string) ([]*cdc.KeyState, er
 	return out, nil
 }
 
+// NoKeyStates implements cdc.KeyStateProber; a destination that cannot
+// tell says no.
+func (s stateStore) NoKeyStates(ctx context.Context) (bool, error) {
+	p, ok := s.sr.(sinks.KeyStateProber)
+	if !ok {
+		return false, nil
+	}
+	has, err := p.HasKeyStates(ctx, s.table)
+	return err == nil && !has, err
+}
+
 func (s stateStore) Table(ctx context.Context) (cdc.TableState, error) {
 	var ts cdc.TableState
 	raw, err := s.sr.GetState(ctx, s.table, []string{""})
