@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/checkpoint"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/cdc"
+	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/decode"
