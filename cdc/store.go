@@ -26,9 +26,9 @@ type StateStore interface {
 // each Reset (and when made): while the probe found none and the cache has
 // dropped no state since, every key with a state is one the cache was given
 // with Commit, so a key it does not hold has none and it reads nothing.
-// That is the case of a new target, and after a full refresh: their first
-// loads then read no state back (of 100,000 keys into ClickHouse, 9 to 17
-// reads a run, 0.1 to 0.2 s).
+// That is the case of a new target, and after a full refresh: their loads
+// then read no state back (with 10 million new keys into ClickHouse, SCD
+// type 1 took 30 s instead of 45; docs/benchmarks.md).
 type KeyStateProber interface {
 	// NoKeyStates reports whether no key has a committed state (the
 	// table-wide state aside), as of every load committed before the call.
