@@ -180,16 +180,20 @@ func (c *Cache) probe(ctx context.Context) error {
 	none, err := p.NoKeyStates(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.losses != losses { // cleared or dropped a state meanwhile
-		return err
-	}
+	// A clear or a state dropped meanwhile makes the answer stale: a later
+	// probe (after a clear) owns probed.
+	current := c.losses == losses
 	if err != nil {
-		c.probed = false
+		if current {
+			c.probed = false
+		}
 		return fmt.Errorf("probe key states: %w", err)
 	}
 	// A load committed during the probe either shows in it, or its states
 	// reach the cache through Commit after it: both ways none is missed.
-	c.whole = none
+	if current {
+		c.whole = none
+	}
 	return nil
 }
 

@@ -25,13 +25,7 @@ const stateChunk = 100_000
 // table of the query), not in the query text, so any number of them fits
 // in max_query_size.
 func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error) {
-	if err := s.ensureSystem(ctx); err != nil {
-		return nil, err
-	}
-	if _, err := s.cdcInfo(ctx, table); err != nil {
-		return nil, fmt.Errorf("clickhouse: read state of %s: %w", table, err)
-	}
-	if err := s.settle(ctx, table); err != nil {
+	if err := s.stateReady(ctx, table, "read state"); err != nil {
 		return nil, err
 	}
 	out := make(map[string][]byte, len(keys))
@@ -49,13 +43,7 @@ func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[s
 // removed one counts, until a compaction drops it), as of the last
 // committed load of table.
 func (s *Sink) HasKeyStates(ctx context.Context, table string) (bool, error) {
-	if err := s.ensureSystem(ctx); err != nil {
-		return false, err
-	}
-	if _, err := s.cdcInfo(ctx, table); err != nil {
-		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
-	}
-	if err := s.settle(ctx, table); err != nil {
+	if err := s.stateReady(ctx, table, "probe key states"); err != nil {
 		return false, err
 	}
 	rows, err := s.conn.Query(ctx, "SELECT key FROM "+s.table(cdcStateTable)+" WHERE target = ? AND key != '' LIMIT 1", table)
@@ -99,6 +87,19 @@ func (s *Sink) readStates(ctx context.Context, table string, keys []string, out 
 		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
 	}
 	return nil
+}
+
+// stateReady prepares a read of a CDC target's state: the system tables
+// exist, table is a CDC target, and its committed state is published
+// (settle). what names the read in errors.
+func (s *Sink) stateReady(ctx context.Context, table, what string) error {
+	if err := s.ensureSystem(ctx); err != nil {
+		return err
+	}
+	if _, err := s.cdcInfo(ctx, table); err != nil {
+		return fmt.Errorf("clickhouse: %s of %s: %w", what, table, err)
+	}
+	return s.settle(ctx, table)
 }
 
 // settle makes the committed state of a CDC target readable from its
