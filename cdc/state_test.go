@@ -261,32 +261,39 @@ func (s *countingStore) Get(ctx context.Context, keys []string) ([]*KeyState, er
 	return s.MemStore.Get(ctx, keys)
 }
 
-func TestCache(t *testing.T) {
-	ctx := t.Context()
-	st := &countingStore{MemStore: NewMemStore()}
-	e, err := New(f1("f"), st)
+// newKeys applies an upsert of each of n keys to a new SCD type 1 target
+// and returns the output, its keys, and the bytes a cache counts for one
+// of them.
+func newKeys(t *testing.T, n int) (out *Output, keys []string, one int64) {
+	t.Helper()
+	e, err := New(f1("f"), NewMemStore())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rows [][]any
 	var pos []Position
-	for i := range 10 {
+	for i := range n {
 		rows = append(rows, U(i, "some name", 1))
 		pos = append(pos, Position{Flow: "f", Topic: "t", Offset: int64(i)})
 	}
-	out, err := e.Apply(ctx, Input{Batch: mkBatch(f1Source, rows), Positions: pos, Now: t0})
+	out, err = e.Apply(t.Context(), Input{Batch: mkBatch(f1Source, rows), Positions: pos, Now: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Commit(out); err != nil {
-		t.Fatal(err)
-	}
-	keys := make([]string, len(out.States))
+	keys = make([]string, len(out.States))
 	for i, kc := range out.States {
 		keys[i] = kc.Key
 	}
-	one := cacheItemOverhead + int64(len(keys[0])) + int64(len(out.States[0].State.enc))
-	st.gets = 0
+	return out, keys, cacheItemOverhead + int64(len(keys[0])) + int64(len(out.States[0].State.enc))
+}
+
+func TestCache(t *testing.T) {
+	ctx := t.Context()
+	st := &countingStore{MemStore: NewMemStore()}
+	out, keys, one := newKeys(t, 10)
+	if err := st.Commit(out); err != nil {
+		t.Fatal(err)
+	}
 
 	c := NewCache(st, 3*one)
 	got, err := c.Get(ctx, keys)
@@ -372,25 +379,7 @@ func (s *probingStore) NoKeyStates(ctx context.Context) (bool, error) {
 // makes it read again.
 func TestCacheWhole(t *testing.T) {
 	ctx := t.Context()
-	e, err := New(f1("f"), NewMemStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows [][]any
-	var pos []Position
-	for i := range 5 {
-		rows = append(rows, U(i, "some name", 1))
-		pos = append(pos, Position{Flow: "f", Topic: "t", Offset: int64(i)})
-	}
-	out, err := e.Apply(ctx, Input{Batch: mkBatch(f1Source, rows), Positions: pos, Now: t0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := make([]string, len(out.States))
-	for i, kc := range out.States {
-		keys[i] = kc.Key
-	}
-	one := cacheItemOverhead + int64(len(keys[0])) + int64(len(out.States[0].State.enc))
+	out, keys, one := newKeys(t, 5)
 	// commit commits out to the store, then to the cache, as a load does.
 	commit := func(st *probingStore, c *Cache) {
 		t.Helper()
