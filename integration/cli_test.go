@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -8,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/sluicehq/sluice/flows/sample"
 )
 
 func TestValidateListsEveryProblemWithItsLine(t *testing.T) {
@@ -191,12 +197,48 @@ func stored(t testing.TB, d destination, spec, rfc3339 string) string {
 func TestDemoRuns(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	res := mustSluice(t, "demo", "--messages", "20000", "--dir", dir)
-	for _, want := range []string{"loaded 20000 rows into orders", "6 dead letters", "undecodable", "missing_field", "type_mismatch"} {
+	const customers = 3000
+	res := mustSluice(t, "demo", "--messages", "20000", "--customers", strconv.Itoa(customers), "--dir", dir)
+	_, outcome := sample.CustomerChanges(customers, 4)
+	for _, want := range []string{"loaded 20000 rows into orders", "6 dead letters", "undecodable", "missing_field", "type_mismatch",
+		fmt.Sprintf("customers holds %d rows", len(outcome.Left)), fmt.Sprintf("customers_history %d versions", outcome.Versions),
+		fmt.Sprintf("%d arrive in their partition after a newer change", outcome.Late)} {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, res.stdout)
 		}
 	}
 	ids := readIDs(t, filepath.Join(dir, "data", "orders"), "order_id")
 	checkExactlyOnce(t, ids, 1, 20001)
+
+	// The SCD type 1 target holds each customer not deleted, as its last
+	// change left it, whatever order the changes arrived in.
+	if outcome.Late == 0 || len(outcome.Left) == customers {
+		t.Fatalf("the changes have %d late and no delete: nothing to show", outcome.Late)
+	}
+	table := filepath.Join(dir, "data", "customers")
+	cols := map[string][]parquet.Value{}
+	for _, c := range []string{"id", "name", "email", "tier", "city"} {
+		cols[c] = readColumn(t, table, c)
+	}
+	text := func(v parquet.Value) string {
+		if v.IsNull() {
+			return ""
+		}
+		return v.String()
+	}
+	got := map[int64]sample.Customer{}
+	for i, id := range cols["id"] {
+		got[id.Int64()] = sample.Customer{ID: id.Int64(), Name: text(cols["name"][i]), Email: text(cols["email"][i]), Tier: text(cols["tier"][i]), City: text(cols["city"][i])}
+	}
+	if len(cols["id"]) != len(got) || !maps.Equal(got, outcome.Left) {
+		t.Errorf("customers holds %d rows (%d keys), want %d customers as their last change left them", len(cols["id"]), len(got), len(outcome.Left))
+		for id, c := range outcome.Left {
+			if got[id] != c {
+				t.Fatalf("customer %d: got %+v, want %+v", id, got[id], c)
+			}
+		}
+	}
+	if n := len(readColumn(t, filepath.Join(dir, "data", "customers_history"), "id")); n != outcome.Versions {
+		t.Errorf("customers_history holds %d versions, want %d", n, outcome.Versions)
+	}
 }
