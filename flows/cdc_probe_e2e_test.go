@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows"
-	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/clickhouse"
 	"github.com/sluicehq/sluice/sinks/local"
@@ -61,81 +56,51 @@ func (s countedClickHouse) GetState(ctx context.Context, table string, keys []st
 func TestNewTargetReadsNoState(t *testing.T) {
 	broker := startBroker(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
-		ctx := context.Background()
 		topic := "probe_" + dname
-		flow := flowYAML("f", topic, fmt.Sprintf(f1Columns, ""),
-			"    except_column_list: [op, seq]\n    stored_as_scd_type: 2\n    batch: {rows: 10}\n")
-		doc := fmt.Sprintf("pipeline: probe\nkafka:\n  brokers: [%s]\n  session_timeout: 2s\ndestination:\n%s\ntables:\n  - name: t\nflows:%s",
-			broker.Addr(), dest(t), flow)
-		path := filepath.Join(t.TempDir(), "sluice.yaml")
-		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p, err := spec.Load(path)
-		if err != nil {
-			t.Fatalf("spec: %v\n%s", err, doc)
-		}
-		if err := consumer.CreateTopic(ctx, []string{broker.Addr()}, topic, 1); err != nil {
-			t.Fatal(err)
+		s := newStepper(t, broker.Addr(), dest(t), "tables:\n  - name: t\nflows:"+flowYAML("f", topic, fmt.Sprintf(f1Columns, ""),
+			"    except_column_list: [op, seq]\n    stored_as_scd_type: 2\n    batch: {rows: 10}\n"))
+		reads := &keyReads{}
+		s.wrap = func(opened sinks.Sink) sinks.Sink {
+			switch sink := opened.(type) {
+			case *local.Sink:
+				return countedLocal{sink, reads}
+			case *clickhouse.Sink:
+				return countedClickHouse{sink, reads}
+			}
+			t.Fatalf("unexpected sink %T", opened)
+			return nil
 		}
 		const keys = 20
 		// produce sends the versions from..to of every key, shuffled: with
 		// batches of 10, most keys come back in later batches.
 		produce := func(from, to int64) {
-			t.Helper()
-			var ms []consumer.Message
+			var values []string
 			for id := int64(1); id <= keys; id++ {
 				for seq := from; seq <= to; seq++ {
-					ms = append(ms, consumer.Message{Value: []byte(U(id, fmt.Sprint("n", seq), seq))})
+					values = append(values, U(id, fmt.Sprint("n", seq), seq))
 				}
 			}
-			rand.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
-			if err := consumer.Produce(ctx, []string{broker.Addr()}, topic, ms); err != nil {
-				t.Fatal(err)
-			}
+			rand.Shuffle(len(values), func(i, j int) { values[i], values[j] = values[j], values[i] })
+			s.produce(topic, values...)
 		}
 		// update runs one update and returns how many reads of key states
 		// it made; the target must then hold versions 1..last of every key.
 		update := func(opts flows.Options, last int64) int64 {
 			t.Helper()
-			opened, err := flows.OpenSink(ctx, p, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			reads := &keyReads{}
-			var sink sinks.Sink
-			switch s := opened.(type) {
-			case *local.Sink:
-				sink = countedLocal{s, reads}
-			case *clickhouse.Sink:
-				sink = countedClickHouse{s, reads}
-			default:
-				t.Fatalf("unexpected sink %T", opened)
-			}
-			opts.Mode, opts.HeartbeatEvery, opts.HeartbeatTTL = flows.ModeUpdate, 200*time.Millisecond, time.Second
-			err = flows.Execute(ctx, p, sink, opts)
-			if err == nil {
-				var want []string
-				for id := int64(1); id <= keys; id++ {
-					for seq := int64(1); seq <= last; seq++ {
-						end := "∞"
-						if seq < last {
-							end = fmt.Sprint(seq + 1)
-						}
-						want = append(want, fmt.Sprintf("%d,n%d,%d,%s", id, seq, seq, end))
+			reads.n.Store(0)
+			s.updateWith(opts)
+			var want []string
+			for id := int64(1); id <= keys; id++ {
+				for seq := int64(1); seq <= last; seq++ {
+					end := "∞"
+					if seq < last {
+						end = fmt.Sprint(seq + 1)
 					}
-				}
-				got, serr := sink.Scan(ctx, "t")
-				if serr != nil {
-					t.Fatal(serr)
-				}
-				if rows := rowStrings(got); !slices.Equal(rows, want) {
-					t.Errorf("target rows\n got %q\nwant %q", rows, want)
+					want = append(want, fmt.Sprintf("%d,n%d,%d,%s", id, seq, seq, end))
 				}
 			}
-			opened.Close()
-			if err != nil {
-				t.Fatalf("update: %v", err)
+			if rows := s.rows("t"); !slices.Equal(rows, want) {
+				t.Errorf("target rows\n got %q\nwant %q", rows, want)
 			}
 			return reads.n.Load()
 		}

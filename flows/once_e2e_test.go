@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/consumer/devkafka"
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
 )
 
 // The ONCE-flow cases of CDC-SEMANTICS.md section 7 (E), end to end: files
@@ -50,6 +51,9 @@ type stepper struct {
 	addr string
 	dir  string
 	p    *spec.Pipeline
+	// wrap, when set, returns the sink an update runs against, given the
+	// one it opened.
+	wrap func(sinks.Sink) sinks.Sink
 }
 
 func newStepper(t *testing.T, addr, dest, body string) *stepper {
@@ -103,6 +107,9 @@ func (s *stepper) tryUpdateWith(opts flows.Options) error {
 	}
 	defer sink.Close()
 	opts.Mode, opts.HeartbeatEvery, opts.HeartbeatTTL = flows.ModeUpdate, 200*time.Millisecond, time.Second
+	if s.wrap != nil {
+		return flows.Execute(ctx, s.p, s.wrap(sink), opts)
+	}
 	return flows.Execute(ctx, s.p, sink, opts)
 }
 
