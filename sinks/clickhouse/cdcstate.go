@@ -25,7 +25,7 @@ const stateChunk = 100_000
 // table of the query), not in the query text, so any number of them fits
 // in max_query_size.
 func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error) {
-	if err := s.stateReady(ctx, table, "read state"); err != nil {
+	if _, err := s.stateReady(ctx, table, "read state of"); err != nil {
 		return nil, err
 	}
 	out := make(map[string][]byte, len(keys))
@@ -43,19 +43,14 @@ func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[s
 // removed one counts, until a compaction drops it), as of the last
 // committed load of table.
 func (s *Sink) HasKeyStates(ctx context.Context, table string) (bool, error) {
-	if err := s.stateReady(ctx, table, "probe key states"); err != nil {
+	if _, err := s.stateReady(ctx, table, "probe key states of"); err != nil {
 		return false, err
 	}
-	rows, err := s.conn.Query(ctx, "SELECT key FROM "+s.table(cdcStateTable)+" WHERE target = ? AND key != '' LIMIT 1", table)
+	n, err := s.queryUint(ctx, "SELECT count() FROM (SELECT key FROM "+s.table(cdcStateTable)+" WHERE target = ? AND key != '' LIMIT 1)", table)
 	if err != nil {
 		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
 	}
-	defer rows.Close()
-	has := rows.Next()
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
-	}
-	return has, nil
+	return n > 0, nil
 }
 
 func (s *Sink) readStates(ctx context.Context, table string, keys []string, out map[string][]byte) error {
@@ -89,17 +84,19 @@ func (s *Sink) readStates(ctx context.Context, table string, keys []string, out 
 	return nil
 }
 
-// stateReady prepares a read of a CDC target's state: the system tables
-// exist, table is a CDC target, and its committed state is published
-// (settle). what names the read in errors.
-func (s *Sink) stateReady(ctx context.Context, table, what string) error {
+// stateReady prepares work on a CDC target's committed state: the system
+// tables exist, table is a CDC target (its info is returned), and its
+// committed loads are published (settle). what names the work in errors,
+// before the table's name.
+func (s *Sink) stateReady(ctx context.Context, table, what string) (*cdcTable, error) {
 	if err := s.ensureSystem(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := s.cdcInfo(ctx, table); err != nil {
-		return fmt.Errorf("clickhouse: %s of %s: %w", what, table, err)
+	ct, err := s.cdcInfo(ctx, table)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: %s %s: %w", what, table, err)
 	}
-	return s.settle(ctx, table)
+	return ct, s.settle(ctx, table)
 }
 
 // settle makes the committed state of a CDC target readable from its

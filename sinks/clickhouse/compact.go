@@ -68,16 +68,10 @@ func (s *Sink) CompactCDC(ctx context.Context, table string) (int64, error) {
 // compact compacts the target's tables, those whose markers are at least
 // one row in share (every one when share is 0).
 func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, error) {
-	if err := s.ensureSystem(ctx); err != nil {
-		return 0, err
-	}
-	ct, err := s.cdcInfo(ctx, table)
-	if err != nil {
-		return 0, fmt.Errorf("clickhouse: compact %s: %w", table, err)
-	}
 	// Committed loads are published first: a marker must not go before
 	// the rows it hides are in the table.
-	if err := s.settle(ctx, table); err != nil {
+	ct, err := s.stateReady(ctx, table, "compact")
+	if err != nil {
 		return 0, err
 	}
 	var dropped int64
