@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -140,7 +141,7 @@ func (g *globals) demo(ctx context.Context, messages, customers int, partitions 
 	}
 	ordersLoads := 0
 	for _, ld := range loads.Loads {
-		if ld.Flow == "orders_stream" {
+		if slices.Contains(ld.Targets, "orders") {
 			ordersLoads++
 		}
 	}

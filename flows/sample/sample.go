@@ -191,10 +191,9 @@ var (
 func CustomerChanges(n, partitions int) ([]Change, CustomerOutcome) {
 	rng := rand.New(rand.NewPCG(42, 8))
 	type event struct {
-		at   float64 // commit time, in arbitrary units
-		op   byte
-		row  Customer
-		last bool // the delete's tombstone follows
+		at  float64 // commit time, in arbitrary units
+		op  byte
+		row Customer
 	}
 	var events []event
 	out := CustomerOutcome{Left: make(map[int64]Customer, n)}
@@ -230,7 +229,7 @@ func CustomerChanges(n, partitions int) ([]Change, CustomerOutcome) {
 			events = append(events, event{at: at, op: 'u', row: c})
 		}
 		if rng.IntN(10) == 0 {
-			events = append(events, event{at: at + 1 + rng.Float64()*float64(n)/100, op: 'd', row: Customer{ID: id}, last: true})
+			events = append(events, event{at: at + 1 + rng.Float64()*float64(n)/100, op: 'd', row: Customer{ID: id}})
 		} else {
 			out.Left[id] = c
 		}
@@ -251,7 +250,7 @@ func CustomerChanges(n, partitions int) ([]Change, CustomerOutcome) {
 		key := fmt.Appendf(nil, `{"id":%d}`, e.row.ID)
 		p := int32(rng.IntN(partitions))
 		msg := []Change{{Key: key, Value: debezium(e.op, e.row, ts, int64(i)), Partition: p}}
-		if e.last {
+		if e.op == 'd' { // its tombstone follows
 			msg = append(msg, Change{Key: key, Partition: p})
 		}
 		pos := len(parts[p])
