@@ -276,7 +276,7 @@ func placeholders(n int) string {
 // heads returns, for each slot, the position the flow's committed loads
 // reached (absent: none reached it).
 // Loads committed before reset (the flow's last reset) do not count.
-func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string, reset time.Time) (map[string]batch.Position, error) {
+func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string, reset time.Time) (sinks.Heads, error) {
 	args := []any{pipeline, flow}
 	for _, sl := range slots {
 		args = append(args, sl)
@@ -292,7 +292,7 @@ func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string,
 	for _, sl := range slots {
 		want[sl] = true
 	}
-	out := map[string]batch.Position{}
+	out := sinks.Heads{}
 	for rows.Next() {
 		var text string
 		var at time.Time
@@ -307,15 +307,8 @@ func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string,
 		if err != nil {
 			return nil, fmt.Errorf("clickhouse: ledger of flow %s: %w", flow, err)
 		}
-		for _, p := range ps {
-			k := slotKey(p)
-			if !want[k] {
-				continue
-			}
-			if cur, ok := out[k]; !ok || after(p, cur) {
-				out[k] = p
-			}
-		}
+		ps = slices.DeleteFunc(ps, func(p batch.Position) bool { return !want[sinks.Slot(p)] })
+		out.Advance(ps)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
@@ -323,42 +316,11 @@ func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string,
 	return out, nil
 }
 
-// after reports whether position a is further along its slot than b.
-func after(a, b batch.Position) bool {
-	if a.Topic != "" {
-		return a.Offset > b.Offset
-	}
-	if a.Done != b.Done {
-		return a.Done
-	}
-	return a.RowGroup > b.RowGroup
-}
-
-// none reports whether a From position says the slot had no position.
-func none(p batch.Position) bool {
-	if p.Topic != "" {
-		return p.Offset < 0
-	}
-	return p.RowGroup == 0 && !p.Done
-}
-
-// continues reports whether a load starting at from continues a slot whose
-// committed loads reached head (exists false: none reached it).
-func continues(from, head batch.Position, exists bool) bool {
-	if !exists {
-		return none(from)
-	}
-	if from.Topic != "" {
-		return from.Offset == head.Offset
-	}
-	return from.RowGroup == head.RowGroup && from.Done == head.Done
-}
-
 // fromSlots returns the slots of c.From, sorted, and the From position of each.
 func fromSlots(from batch.Positions) ([]string, map[string]batch.Position) {
 	pos := map[string]batch.Position{}
 	for _, p := range from {
-		pos[slotKey(p)] = p
+		pos[sinks.Slot(p)] = p
 	}
 	keys := make([]string, 0, len(pos))
 	for k := range pos {
@@ -371,7 +333,7 @@ func fromSlots(from batch.Positions) ([]string, map[string]batch.Position) {
 // staleSlots checks the chain of each slot and describes the ones the load
 // does not continue.
 func (s *Sink) staleSlots(ctx context.Context, meta sinks.LoadMeta, from batch.Positions) ([]string, error) {
-	slots, pos := fromSlots(from)
+	slots, _ := fromSlots(from)
 	if len(slots) == 0 {
 		return nil, nil
 	}
@@ -383,26 +345,7 @@ func (s *Sink) staleSlots(ctx context.Context, meta sinks.LoadMeta, from batch.P
 	if err != nil {
 		return nil, err
 	}
-	var stale []string
-	for _, sl := range slots {
-		h, ok := heads[sl]
-		if continues(pos[sl], h, ok) {
-			continue
-		}
-		at := "no position"
-		if ok {
-			at = describePos(h)
-		}
-		stale = append(stale, fmt.Sprintf("%s starts at %s but the ledger is at %s", sl, describePos(pos[sl]), at))
-	}
-	return stale, nil
-}
-
-func describePos(p batch.Position) string {
-	if p.Topic != "" {
-		return fmt.Sprintf("offset %d", p.Offset)
-	}
-	return fmt.Sprintf("row group %d (done %v)", p.RowGroup, p.Done)
+	return heads.Stale(from), nil
 }
 
 // insertRow writes the load's ledger row, provided its marker and locks

@@ -383,7 +383,7 @@ func TestLockFencesLateWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	l1 := ld1.(*load)
-	if err := s1.acquire(ctx, l1, slotKey(kafkaPos(-1)[0])); err != nil {
+	if err := s1.acquire(ctx, l1, sinks.Slot(kafkaPos(-1)[0])); err != nil {
 		t.Fatal(err)
 	}
 	// s1 stops here, holding the lock.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
 )
 
 // Names of sluice's own tables and of the per-load objects the delivery
@@ -133,14 +134,6 @@ func lockName(pipeline, flow, slot string) string {
 	return lockPrefix + hex.EncodeToString(h[:12])
 }
 
-// slotKey identifies the source partition or file a position belongs to.
-func slotKey(p batch.Position) string {
-	if p.Topic != "" {
-		return "k/" + p.Topic + "/" + strconv.FormatInt(int64(p.Partition), 10)
-	}
-	return "f/" + p.File
-}
-
 // ledgerSlot is the value of the ledger's slot column for a load reaching
 // positions to: its one slot, "*" when it spans several, "" when none.
 func ledgerSlot(to batch.Positions) string {
@@ -148,11 +141,11 @@ func ledgerSlot(to batch.Positions) string {
 	case 0:
 		return ""
 	case 1:
-		return slotKey(to[0])
+		return sinks.Slot(to[0])
 	}
-	first := slotKey(to[0])
+	first := sinks.Slot(to[0])
 	for _, p := range to[1:] {
-		if slotKey(p) != first {
+		if sinks.Slot(p) != first {
 			return "*"
 		}
 	}

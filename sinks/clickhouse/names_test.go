@@ -120,36 +120,6 @@ func TestLedgerSlot(t *testing.T) {
 	}
 }
 
-func TestContinues(t *testing.T) {
-	k := func(o int64) batch.Position { return batch.Position{Topic: "t", Offset: o} }
-	f := func(rg int64, done bool) batch.Position { return batch.Position{File: "a", RowGroup: rg, Done: done} }
-	tests := []struct {
-		name   string
-		from   batch.Position
-		head   batch.Position
-		exists bool
-		want   bool
-	}{
-		{"first load of a partition", k(-1), batch.Position{}, false, true},
-		{"offset without a ledger position", k(5), batch.Position{}, false, false},
-		{"no position but the ledger has one", k(-1), k(10), true, false},
-		{"continues", k(10), k(10), true, true},
-		{"behind", k(5), k(10), true, false},
-		{"ahead", k(11), k(10), true, false},
-		{"first row group of a file", f(0, false), batch.Position{}, false, true},
-		{"file continues", f(3, false), f(3, false), true, true},
-		{"file already done", f(3, false), f(3, true), true, false},
-	}
-	for _, tc := range tests {
-		if got := continues(tc.from, tc.head, tc.exists); got != tc.want {
-			t.Errorf("%s: continues = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	if !after(f(0, true), f(9, false)) || after(k(3), k(4)) {
-		t.Error("after orders positions wrongly")
-	}
-}
-
 // TestTypeMapping: every sluice type maps to a ClickHouse type that maps
 // back to it, on 18.16 and on a current server.
 func TestTypeMapping(t *testing.T) {

@@ -131,10 +131,11 @@
 //  3. It takes the destination lock: a mutex in the process, then an
 //     exclusive flock on _sluice/lock across processes.
 //  4. It reads the ledger lines other writers appended, cutting a torn last
-//     line, and checks the load: for each Kafka position in Commit.From the
-//     ledger's position of (pipeline, flow, topic, partition) must equal it
-//     (an Offset < 0 means none: the ledger must have none). Otherwise the
-//     load is discarded and Commit returns sinks.ErrStale. A load that
+//     line, and checks the load by the chain rule (sinks/chain.go): each
+//     slot of Commit.From, a Kafka partition or a file, must be at the
+//     flow's head of that slot (a From that says "no position": the flow
+//     has none). Otherwise the load is discarded and Commit returns
+//     sinks.ErrStale. A load that
 //     changes a CDC target whose lease another Sink or process holds is
 //     discarded with sinks.ErrLeaseHeld.
 //  5. It appends the load's line (seq, load id, files, positions, counts,

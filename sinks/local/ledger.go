@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,12 +95,6 @@ func (e *entry) record() batch.LoadRecord {
 	}
 }
 
-// posKey names a Kafka partition of one flow in the ledger.
-type posKey struct {
-	pipeline, flow, topic string
-	partition             int32
-}
-
 // ledger is the in-memory copy of the ledger file, read incrementally. Only
 // complete lines count; a last line without its newline is a torn append
 // of a writer that died before its commit point.
@@ -111,7 +106,7 @@ type ledger struct {
 	off     int64 // bytes of complete lines read
 	entries []entry
 	ids     map[string]int64 // load id -> seq
-	pos     map[posKey]int64 // greatest Kafka offset reached
+	heads   map[flowKey]sinks.Heads // per flow, the heads of its slots (chain.go)
 	// stateLast is, per CDC target, the seq of the last load that staged
 	// states for it: GetState makes sure the state file holds it.
 	stateLast map[string]int64
@@ -126,7 +121,7 @@ func openLedger(path string) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ledger{path: path, f: f, ids: map[string]int64{}, pos: map[posKey]int64{}, stateLast: map[string]int64{}, resets: map[flowKey]int64{}}, nil
+	return &ledger{path: path, f: f, ids: map[string]int64{}, heads: map[flowKey]sinks.Heads{}, stateLast: map[string]int64{}, resets: map[flowKey]int64{}}, nil
 }
 
 func (l *ledger) close() error {
@@ -206,15 +201,16 @@ func (l *ledger) add(e entry) {
 			l.stateLast[c.Table] = e.Seq
 		}
 	}
-	for _, p := range e.To {
-		if p.Topic == "" {
-			continue
-		}
-		k := posKey{e.Pipeline, e.Flow, p.Topic, p.Partition}
-		if cur, ok := l.pos[k]; !ok || p.Offset > cur {
-			l.pos[k] = p.Offset
-		}
+	if len(e.To) == 0 {
+		return
 	}
+	k := flowKey{e.Pipeline, e.Flow}
+	h := l.heads[k]
+	if h == nil {
+		h = sinks.Heads{}
+		l.heads[k] = h
+	}
+	h.Advance(e.To)
 }
 
 func (l *ledger) lastSeq() int64 {
@@ -236,22 +232,12 @@ func (l *ledger) since(seq int64) []entry {
 	return l.entries[seq:]
 }
 
-// checkStale refuses a load whose starting positions are not the ledger's.
-// l.mu must be held.
+// checkStale refuses a load that does not continue the chain of every slot
+// of from, Kafka partitions and files alike (sinks.Heads.Stale). l.mu must
+// be held.
 func (l *ledger) checkStale(meta sinks.LoadMeta, from batch.Positions) error {
-	for _, p := range from {
-		if p.Topic == "" {
-			continue
-		}
-		cur, ok := l.pos[posKey{meta.Pipeline, meta.Flow, p.Topic, p.Partition}]
-		switch {
-		case p.Offset < 0 && ok:
-			return fmt.Errorf("%w: %s/%d starts with no position but the ledger is at %d",
-				sinks.ErrStale, p.Topic, p.Partition, cur)
-		case p.Offset >= 0 && ok && cur != p.Offset:
-			return fmt.Errorf("%w: %s/%d starts at %d but the ledger is at %d",
-				sinks.ErrStale, p.Topic, p.Partition, p.Offset, cur)
-		}
+	if stale := l.heads[flowKey{meta.Pipeline, meta.Flow}].Stale(from); len(stale) > 0 {
+		return fmt.Errorf("%w: %s", sinks.ErrStale, strings.Join(stale, "; "))
 	}
 	return nil
 }

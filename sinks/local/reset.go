@@ -31,9 +31,9 @@ type flowKey struct{ pipeline, flow string }
 func (l *ledger) addReset(e *entry) {
 	for _, f := range e.Reset.Flows {
 		l.resets[flowKey{e.Pipeline, f}] = e.Seq
-		for k := range l.pos {
+		for k := range l.heads {
 			if k.flow == f && (e.Pipeline == "" || k.pipeline == e.Pipeline) {
-				delete(l.pos, k)
+				delete(l.heads, k)
 			}
 		}
 	}

@@ -103,6 +103,7 @@ func Run(t *testing.T, newDestination Factory, opts ...Option) {
 		{"uncommitted_load_leaves_nothing", testUncommitted},
 		{"stale_commit_refused", testStale},
 		{"replayed_load_refused", testReplay},
+		{"stale_file_commit_refused", testStaleFile},
 		{"positions_round_trip", testPositions},
 		{"loads_table", testLoadsTable},
 		{"dead_letters_in_same_load", testDeadLetters},
@@ -456,6 +457,65 @@ func testReplay(t *testing.T, h *harness) {
 	}
 	if got := ids(t, scan(t, s, "orders"), "id"); !slices.Equal(got, seq(0, 20)) {
 		t.Fatalf("ids %v, want 0..19 once each", got)
+	}
+}
+
+// testStaleFile: a file is a slot like a Kafka partition. Two loads that
+// both continue a file from the same row commit once; so does a load
+// reading a file from its start again after a committed chunk, or one
+// re-reading a file that was read to its end.
+func testStaleFile(t *testing.T, h *harness) {
+	s := h.sink()
+	ensure(t, s, ordersTable)
+	file := func(row int64, done bool) batch.Position { return batch.Position{File: "a.parquet", RowGroup: row, Done: done} }
+	commitFile := func(s sinks.Sink, from, to batch.Position, rows [2]int) error {
+		t.Helper()
+		_, err := h.commit(s, "f", map[string]*batch.Batch{"orders": orders(rows[0], rows[1])},
+			sinks.Commit{From: batch.Positions{from}, To: batch.Positions{to}, Rows: int64(rows[1] - rows[0])})
+		return err
+	}
+	if err := commitFile(s, file(0, false), file(3, false), [2]int{0, 3}); err != nil {
+		t.Fatalf("first chunk: %v", err)
+	}
+	tests := []struct {
+		name string
+		from batch.Position
+	}{
+		{"the first chunk again", file(0, false)},
+		{"behind the ledger", file(1, false)},
+		{"ahead of the ledger", file(5, false)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, s := range []sinks.Sink{s, h.sink()} {
+				if err := commitFile(s, tc.from, file(6, true), [2]int{1000, 1003}); !errors.Is(err, sinks.ErrStale) {
+					t.Fatalf("sink %d: commit from %v: %v, want ErrStale", i, tc.from, err)
+				}
+			}
+		})
+	}
+	if err := commitFile(s, file(3, false), file(6, true), [2]int{3, 6}); err != nil {
+		t.Fatalf("second chunk: %v", err)
+	}
+	if err := commitFile(s, file(3, false), file(6, true), [2]int{2000, 2003}); !errors.Is(err, sinks.ErrStale) {
+		t.Fatalf("second chunk again: %v, want ErrStale", err)
+	}
+	if err := commitFile(h.sink(), file(6, true), file(6, true), [2]int{3000, 3001}); err != nil {
+		t.Fatalf("a load continuing a file read to its end: %v", err)
+	}
+	// Another file of the flow is a slot of its own.
+	if _, err := h.commit(s, "f", map[string]*batch.Batch{"orders": orders(10, 12)}, sinks.Commit{
+		From: batch.Positions{{File: "b.parquet"}}, To: batch.Positions{{File: "b.parquet", RowGroup: 2, Done: true}}, Rows: 2,
+	}); err != nil {
+		t.Fatalf("another file: %v", err)
+	}
+	want := append(append(seq(0, 6), 10, 11), 3000)
+	if got := ids(t, scan(t, s, "orders"), "id"); !slices.Equal(got, want) {
+		t.Fatalf("ids %v, want %v: each chunk of a file once", got, want)
+	}
+	heads := sinks.LedgerHeads(ledger(t, s), "f").Files()
+	if heads["a.parquet"] != file(6, true) || !heads["b.parquet"].Done {
+		t.Errorf("file heads %v, want a.parquet done at row 6 and b.parquet done", heads)
 	}
 }
 
