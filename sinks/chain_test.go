@@ -10,7 +10,9 @@ import (
 
 func kpos(o int64) batch.Position { return batch.Position{Topic: "t", Offset: o} }
 
-func fpos(rg int64, done bool) batch.Position { return batch.Position{File: "a", RowGroup: rg, Done: done} }
+func fpos(rg int64, done bool) batch.Position {
+	return batch.Position{File: "a", RowGroup: rg, Done: done}
+}
 
 func TestContinues(t *testing.T) {
 	tests := []struct {

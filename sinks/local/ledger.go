@@ -105,7 +105,7 @@ type ledger struct {
 	f       *os.File
 	off     int64 // bytes of complete lines read
 	entries []entry
-	ids     map[string]int64 // load id -> seq
+	ids     map[string]int64        // load id -> seq
 	heads   map[flowKey]sinks.Heads // per flow, the heads of its slots (chain.go)
 	// stateLast is, per CDC target, the seq of the last load that staged
 	// states for it: GetState makes sure the state file holds it.

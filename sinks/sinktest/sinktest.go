@@ -467,7 +467,9 @@ func testReplay(t *testing.T, h *harness) {
 func testStaleFile(t *testing.T, h *harness) {
 	s := h.sink()
 	ensure(t, s, ordersTable)
-	file := func(row int64, done bool) batch.Position { return batch.Position{File: "a.parquet", RowGroup: row, Done: done} }
+	file := func(row int64, done bool) batch.Position {
+		return batch.Position{File: "a.parquet", RowGroup: row, Done: done}
+	}
 	commitFile := func(s sinks.Sink, from, to batch.Position, rows [2]int) error {
 		t.Helper()
 		_, err := h.commit(s, "f", map[string]*batch.Batch{"orders": orders(rows[0], rows[1])},
