@@ -18,6 +18,9 @@ const codeIncompatibleColumns = 122
 // targets, then drops them and the marker. When recovery has taken the
 // publication over (a staging table is gone), publishing is its job.
 func (s *Sink) publish(ctx context.Context, l *load) error {
+	if s.failPublish.CompareAndSwap(true, false) {
+		return transient("clickhouse: publish load %s: failed by a test", l.meta.LoadID)
+	}
 	for _, table := range sortedKeys(l.stages) {
 		stage := l.stages[table]
 		pids, err := s.partitions(ctx, stage)

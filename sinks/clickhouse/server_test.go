@@ -61,7 +61,9 @@ func TestConformance(t *testing.T) {
 	sinktest.Run(t, func(t *testing.T) func() sinks.Sink {
 		db := newDatabase(t, addr)
 		return func() sinks.Sink { return dial(t, addr, db) }
-	}, suiteOptions(probe)...)
+	}, append(suiteOptions(probe), sinktest.PublishFault(func(t *testing.T, s sinks.Sink) {
+		s.(*Sink).failPublish.Store(true)
+	}))...)
 }
 
 func TestCDCConformance(t *testing.T) {

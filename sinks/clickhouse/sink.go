@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -63,6 +64,9 @@ type Sink struct {
 	// resetStop, when set (by tests), is asked at each step of Reset after
 	// its commit point whether to stop there as a crash would.
 	resetStop func(point string) bool
+	// failPublish, when set (by tests), fails the next publication of a
+	// committed load once, as a server failing at that moment would.
+	failPublish atomic.Bool
 	lastBase  uint64               // the last version base this sink gave a load
 	leases    map[string]heldLease // the leases this sink took, by target
 }

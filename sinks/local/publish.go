@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -222,6 +223,9 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 	s.led.mu.Unlock()
 	if len(pending) == 0 {
 		return nil
+	}
+	if s.failPublish.CompareAndSwap(true, false) {
+		return &fs.PathError{Op: "publish", Path: s.lay.root, Err: syscall.EIO}
 	}
 	byTable := map[string][]*entry{}
 	cdc := map[string]bool{}

@@ -107,6 +107,9 @@ type Sink struct {
 	// the commit protocol whether the process dies there; see crashAt. It
 	// is read by the goroutine applying states too.
 	crash atomic.Pointer[func(point string) bool]
+	// failPublish, when set (by tests), fails the next publication once
+	// with an I/O error, as a failing disk would.
+	failPublish atomic.Bool
 }
 
 var _ sinks.Sink = (*Sink)(nil)

@@ -20,14 +20,17 @@ func conformanceFactory(t *testing.T) func() sinks.Sink {
 	}
 }
 
+// failPublish arms a Sink of the suite to fail its next publication.
+var failPublish = sinktest.PublishFault(func(t *testing.T, s sinks.Sink) { s.(*Sink).failPublish.Store(true) })
+
 func TestConformance(t *testing.T) {
-	sinktest.Run(t, conformanceFactory)
+	sinktest.Run(t, conformanceFactory, failPublish)
 }
 
 // TestConformanceWithLimits runs the suite's variant for destinations that
 // store less (whole seconds, 1970 to 2106), as the ClickHouse sink will.
 func TestConformanceWithLimits(t *testing.T) {
-	sinktest.Run(t, conformanceFactory,
+	sinktest.Run(t, conformanceFactory, failPublish,
 		sinktest.TimestampPrecision(time.Second),
 		sinktest.TimeRange(time.Unix(0, 0).UTC(), time.Date(2105, 12, 31, 0, 0, 0, 0, time.UTC)))
 }

@@ -36,6 +36,18 @@ type config struct {
 	nullablePartitions bool
 	// crashReset, for RunReset: see CrashReset.
 	crashReset func(t *testing.T, s sinks.Sink, tables, flows []string)
+	// publishFault: see PublishFault.
+	publishFault func(t *testing.T, s sinks.Sink)
+}
+
+// PublishFault gives the suite a way to make publishing fail: arm makes the
+// next Commit of s fail after its commit point, as when a file system or a
+// server fails while the committed load is being published. The load is
+// then committed; Commit returns an error that the sink classifies as
+// retryable, and s stays usable (its next commit, or Recover, publishes the
+// load). Run's publish cases need it.
+func PublishFault(arm func(t *testing.T, s sinks.Sink)) Option {
+	return func(c *config) { c.publishFault = arm }
 }
 
 // TimestampPrecision says that the destination keeps timestamps to d (for
@@ -104,6 +116,8 @@ func Run(t *testing.T, newDestination Factory, opts ...Option) {
 		{"stale_commit_refused", testStale},
 		{"replayed_load_refused", testReplay},
 		{"stale_file_commit_refused", testStaleFile},
+		{"publish_failed_then_retried_kafka", func(t *testing.T, h *harness) { testPublishRetried(t, h, c, false) }},
+		{"publish_failed_then_retried_file", func(t *testing.T, h *harness) { testPublishRetried(t, h, c, true) }},
 		{"positions_round_trip", testPositions},
 		{"loads_table", testLoadsTable},
 		{"dead_letters_in_same_load", testDeadLetters},
@@ -518,6 +532,65 @@ func testStaleFile(t *testing.T, h *harness) {
 	heads := sinks.LedgerHeads(ledger(t, s), "f").Files()
 	if heads["a.parquet"] != file(6, true) || !heads["b.parquet"].Done {
 		t.Errorf("file heads %v, want a.parquet done at row 6 and b.parquet done", heads)
+	}
+}
+
+// testPublishRetried: a commit whose publishing failed after the commit
+// point is committed. Loading the same batch again, as a runner retrying
+// the error does (a new load id, the same positions), is refused as stale,
+// in this sink and in a new one, whether the slot is a Kafka partition or a
+// file; the table ends with every row once, and the next load continues
+// from where the failed one reached.
+func testPublishRetried(t *testing.T, h *harness, c config, file bool) {
+	if c.publishFault == nil {
+		t.Fatal("the suite needs a PublishFault option to fail a publication")
+	}
+	pos := func(n int64) batch.Position {
+		if file {
+			return batch.Position{File: "a.parquet", RowGroup: n, Done: n >= 30}
+		}
+		return kafka("t", 0, n)
+	}
+	start := pos(0)
+	if !file {
+		start = kafka("t", 0, -1)
+	}
+	s := h.sink()
+	ensure(t, s, ordersTable)
+	load := func(s sinks.Sink, from, to batch.Position, rows [2]int) error {
+		t.Helper()
+		_, err := h.commit(s, "f", map[string]*batch.Batch{"orders": orders(rows[0], rows[1])},
+			sinks.Commit{From: batch.Positions{from}, To: batch.Positions{to}, Rows: int64(rows[1] - rows[0])})
+		return err
+	}
+	if err := load(s, start, pos(10), [2]int{0, 10}); err != nil {
+		t.Fatalf("first load: %v", err)
+	}
+	c.publishFault(t, s)
+	err := load(s, pos(10), pos(20), [2]int{10, 20})
+	if err == nil || errors.Is(err, sinks.ErrStale) {
+		t.Fatalf("commit with a failing publication: %v, want a publishing error", err)
+	}
+	if rc, ok := s.(interface{ Retryable(error) bool }); ok && !rc.Retryable(err) {
+		t.Fatalf("publishing error %v is not retryable", err)
+	}
+	for i, s := range []sinks.Sink{s, h.sink()} {
+		if err := load(s, pos(10), pos(20), [2]int{10, 20}); !errors.Is(err, sinks.ErrStale) {
+			t.Fatalf("retry %d of the committed load: %v, want ErrStale", i, err)
+		}
+	}
+	if err := load(s, pos(20), pos(30), [2]int{20, 30}); err != nil {
+		t.Fatalf("the load after: %v", err)
+	}
+	s2 := h.sink()
+	recoverLedger(t, s2)
+	for i, s := range []sinks.Sink{s, s2} {
+		if got := ids(t, scan(t, s, "orders"), "id"); !slices.Equal(got, seq(0, 30)) {
+			t.Fatalf("sink %d: ids %v, want 0..29 once each", i, got)
+		}
+	}
+	if !sinks.LedgerHeads(ledger(t, s2), "f").Reached(batch.Positions{pos(30)}) {
+		t.Errorf("heads %v, want the slot at %v", sinks.LedgerHeads(ledger(t, s2), "f"), pos(30))
 	}
 }
 
