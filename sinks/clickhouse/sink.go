@@ -67,8 +67,8 @@ type Sink struct {
 	// failPublish, when set (by tests), fails the next publication of a
 	// committed load once, as a server failing at that moment would.
 	failPublish atomic.Bool
-	lastBase  uint64               // the last version base this sink gave a load
-	leases    map[string]heldLease // the leases this sink took, by target
+	lastBase    uint64               // the last version base this sink gave a load
+	leases      map[string]heldLease // the leases this sink took, by target
 }
 
 var (
