@@ -171,9 +171,7 @@ func (o *orderTarget) load(ctx context.Context, bs []*batch.Batch, i int) error 
 		From: batch.Positions{{Topic: "events", Partition: int32(i), Offset: -1}},
 		To:   batch.Positions{{Topic: "events", Partition: int32(i), Offset: int64(b.Len())}},
 	}
-	_, err = o.r.loadPrepared(ctx, o.h.flow, 0, p, c)
-	p.done(err == nil)
-	return err
+	return o.r.commitLoad(ctx, o.h.flow, 0, p, c)
 }
 
 func (o *orderTarget) rows(t *testing.T) []string {

@@ -151,7 +151,7 @@ func (r *runner) expirePage(ctx context.Context, t *cdcTarget, h *cdcHandler, ke
 			return nil
 		}
 		p := &prepared{write: func(ctx context.Context, ld sinks.Load) error { return writeOutput(ctx, ld, t.name, out) }}
-		if _, err := r.loadPrepared(ctx, h.flow, 0, p, sinks.Commit{}); err != nil {
+		if err := r.commitLoad(ctx, h.flow, 0, p, sinks.Commit{}); err != nil {
 			t.cache.Reset()
 			return err
 		}

@@ -157,11 +157,11 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 		}
 	}
 
-	led, err := r.sink.Ledger(ctx)
+	heads, err := r.heads(ctx, f.Name)
 	if err != nil {
 		return false, err
 	}
-	pos := led.FilePositions(f.Name)
+	pos := heads.Files()
 	todo := slices.DeleteFunc(slices.Clone(files), func(fl backfill.File) bool { return pos[fl.Name].Done })
 
 	rs, err := r.filesSchema(f, files, len(todo) > 0)
@@ -180,16 +180,16 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 	progress := backfill.NewProgress(todo)
 	stop := r.showProgress(progress, f)
 	defer stop()
-	var rows int64
-	start := make(map[string]int64, len(todo))
-	for _, fl := range todo {
-		start[fl.Name] = pos[fl.Name].RowGroup
+	fl := &fileLoader{f: f, h: h, rs: rs, start: make(map[string]int64, len(todo)), slot: func(name string) string { return name },
+		progress: progress, renew: renew}
+	for _, file := range todo {
+		fl.start[file.Name] = pos[file.Name].RowGroup
 	}
-	if err := r.loadFiles(ctx, f, h, rs, todo, start, func(name string) string { return name }, progress, &rows, renew, nil); err != nil {
+	if err := r.loadFiles(ctx, fl, todo); err != nil {
 		return false, err
 	}
 	if len(todo) > 0 {
-		log.Info("files read", "files", len(todo), "rows", rows)
+		log.Info("files read", "files", len(todo), "rows", fl.rows)
 	}
 	if f.Once {
 		if _, err := checkpoint.CompleteOnce(ctx, r.checkpoints, r.p.Pipeline, f.Name, time.Now()); err != nil {
@@ -201,57 +201,68 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 	return false, nil
 }
 
-// loadFiles loads files chunk by chunk: Parallel files (the source's
-// parallel) are read at once, and each chunk is one load whose positions,
-// under posName(file), say how far its file was read. start gives each
-// file's resume row. filter, when set, changes each chunk before it is
-// prepared.
+// fileLoader loads the files of one pass of a files flow, chunk by chunk:
+// Parallel files (the source's parallel) are read at once, and each chunk
+// is one load whose positions, under the file's slot, say how far its file
+// was read.
+type fileLoader struct {
+	f  *spec.Flow
+	h  batchHandler
+	rs readSchema
+	// start gives each file's resume row; slot names a file's slot (the
+	// file, or for an incremental run file@run).
+	start map[string]int64
+	slot  func(file string) string
+	// filter, when set, changes each chunk before it is prepared.
+	filter   func(*backfill.Chunk) error
+	progress *backfill.Progress
+	renew    func() // called after each committed chunk
+	rows     int64  // rows committed
+}
+
+// loadFiles loads files with fl.
 //
 // An append flow runs up to filesLoadsInFlight(f) loads at once, of
-// chunks of different positions: the chunks of one position load one after
-// the other, in order, each committing its rows with its positions, so a
-// crash still resumes every file after its last committed chunk. While one
-// load waits for the destination the next chunk is converted and sent.
-// Other flows (CDC) load one chunk at a time.
-func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs readSchema, files []backfill.File, start map[string]int64,
-	posName func(string) string, progress *backfill.Progress, rows *int64, renew func(), filter func(*backfill.Chunk) error) error {
-	ls := &fileLoads{from: maps.Clone(start), busy: map[string]bool{}}
+// chunks of different slots: the chunks of one slot load one after the
+// other, in order, each committing its rows with its positions, so a crash
+// still resumes every file after its last committed chunk. While one load
+// waits for the destination the next chunk is converted and sent. Other
+// flows (CDC) load one chunk at a time.
+func (r *runner) loadFiles(ctx context.Context, fl *fileLoader, files []backfill.File) error {
+	f, h := fl.f, fl.h
+	ls := &fileLoads{from: maps.Clone(fl.start), busy: map[string]bool{}}
 	ls.idle = sync.NewCond(&ls.mu)
 	inFlight := 1
 	if _, ok := h.(*appendHandler); ok {
 		inFlight = filesLoadsInFlight(f)
 	}
 	// load loads one prepared chunk and records its progress.
-	load := func(ctx context.Context, ch *backfill.Chunk, p *prepared, pos string, from int64) error {
+	load := func(ctx context.Context, ch *backfill.Chunk, p *prepared, slot string, from int64) error {
 		c := sinks.Commit{
-			From: batch.Positions{{File: pos, RowGroup: from}},
-			To:   batch.Positions{{File: pos, RowGroup: ch.Next, Done: ch.Done}},
+			From: batch.Positions{{File: slot, RowGroup: from}},
+			To:   batch.Positions{{File: slot, RowGroup: ch.Next, Done: ch.Done}},
 		}
-		_, err := r.loadPrepared(ctx, f, 0, p, c)
-		if p.done != nil {
-			p.done(err == nil)
-		}
-		if err != nil {
+		if err := r.commitLoad(ctx, f, 0, p, c); err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
 		r.log.Debug("file chunk committed", "flow", f.Name, "file", ch.File, "next", ch.Next, "done", ch.Done)
 		ls.mu.Lock()
-		*rows += p.rows
+		fl.rows += p.rows
 		ls.from[ch.File] = ch.Next
 		ls.mu.Unlock()
-		renew()
+		fl.renew()
 		return nil
 	}
 	err := backfill.ReadFiles(ctx, files, backfill.ReadFilesOptions{
 		Parallel: f.Source.Files.Parallel,
-		Open: func(_ context.Context, fl backfill.File) (backfill.Reader, error) {
-			return rs.open(f, fl, start[fl.Name])
+		Open: func(_ context.Context, file backfill.File) (backfill.Reader, error) {
+			return fl.rs.open(f, file, fl.start[file.Name])
 		},
-		Progress: progress,
+		Progress: fl.progress,
 		Log:      r.log.With("flow", f.Name),
 	}, func(rctx context.Context, ch *backfill.Chunk) error {
-		if filter != nil {
-			if err := filter(ch); err != nil {
+		if fl.filter != nil {
+			if err := fl.filter(ch); err != nil {
 				return fmt.Errorf("file %s: %w", ch.File, err)
 			}
 		}
@@ -259,13 +270,13 @@ func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs
 		if err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
-		pos := posName(ch.File)
+		slot := fl.slot(ch.File)
 		if inFlight <= 1 {
-			return load(rctx, ch, p, pos, ls.from[ch.File])
+			return load(rctx, ch, p, slot, ls.from[ch.File])
 		}
-		// Wait for a free load and for the previous chunk of the position.
+		// Wait for a free load and for the previous chunk of the slot.
 		ls.mu.Lock()
-		for ls.err == nil && (ls.running >= inFlight || ls.busy[pos]) {
+		for ls.err == nil && (ls.running >= inFlight || ls.busy[slot]) {
 			ls.idle.Wait()
 		}
 		if ls.err != nil {
@@ -273,19 +284,19 @@ func (r *runner) loadFiles(ctx context.Context, f *spec.Flow, h batchHandler, rs
 			return ls.err
 		}
 		ls.running++
-		ls.busy[pos] = true
+		ls.busy[slot] = true
 		from := ls.from[ch.File]
 		ls.mu.Unlock()
 		ls.wg.Go(func() {
 			// The flow's context, not the reader's: a load under way
 			// finishes (and commits) when reading stops for another reason.
-			err := load(ctx, ch, p, pos, from)
+			err := load(ctx, ch, p, slot, from)
 			ls.mu.Lock()
 			if err != nil && ls.err == nil {
 				ls.err = err
 			}
 			ls.running--
-			delete(ls.busy, pos)
+			delete(ls.busy, slot)
 			ls.idle.Broadcast()
 			ls.mu.Unlock()
 		})
@@ -304,7 +315,7 @@ type fileLoads struct {
 	idle    *sync.Cond       // signalled whenever a load ends
 	wg      sync.WaitGroup   // the loads under way
 	running int              // loads under way
-	busy    map[string]bool  // positions with a load under way
+	busy    map[string]bool  // slots with a load under way
 	from    map[string]int64 // each file's committed row
 	err     error            // the first load that failed
 }

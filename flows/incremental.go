@@ -133,12 +133,12 @@ func (r *runner) incrementalPass(ctx context.Context, f *spec.Flow, h batchHandl
 			w.StartInclusive = false
 		}
 	}
-	led, err := r.sink.Ledger(ctx)
+	heads, err := r.heads(ctx, f.Name)
 	if err != nil {
 		return err
 	}
 	ir := &incrementalRun{r: r, f: f, h: h, rs: rs, inc: inc, w: w, run: stored.Runs, next: st,
-		pos: led.FilePositions(f.Name), renew: renew}
+		pos: heads.Files(), renew: renew}
 	log.Info("incremental run", "run", ir.run+1, "window", windowText(w), "files", len(files))
 	if replace {
 		err = ir.replacePartitions(ctx, files)
@@ -237,11 +237,14 @@ func (ir *incrementalRun) readWindow(ctx context.Context, files []backfill.File)
 		ir.see(seen)
 		return err
 	}
-	start := make(map[string]int64, len(todo))
-	for _, fl := range todo {
-		start[fl.Name] = ir.pos[ir.posName(fl.Name)].RowGroup
+	fl := &fileLoader{f: ir.f, h: ir.h, rs: ir.rs, start: make(map[string]int64, len(todo)), slot: ir.posName,
+		filter: filter, progress: ir.progress, renew: ir.renew}
+	for _, file := range todo {
+		fl.start[file.Name] = ir.pos[ir.posName(file.Name)].RowGroup
 	}
-	return ir.r.loadFiles(ctx, ir.f, ir.h, ir.rs, todo, start, ir.posName, ir.progress, &ir.rows, ir.renew, filter)
+	err := ir.r.loadFiles(ctx, fl, todo)
+	ir.rows += fl.rows
+	return err
 }
 
 // scanCursor reads a file's cursor column only, and passes the values in
@@ -413,36 +416,27 @@ func (ir *incrementalRun) replaceLoad(ctx context.Context, table string, cols []
 			to = append(to, batch.Position{File: ir.posName(fl.Name), Done: true})
 		}
 	}
-	var rows, deadLetters int64
 	var acc backfill.CursorState
-	err := ir.r.retry(ctx, "load", func(ctx context.Context) error {
-		rows, deadLetters, acc = 0, 0, ir.next
-		ld, err := ir.r.sink.Begin(ctx, sinks.LoadMeta{
-			LoadID:   newLoadID(),
-			Pipeline: ir.r.p.Pipeline,
-			Flow:     ir.f.Name,
-			Targets:  []string{table},
-		})
-		if err != nil {
-			return err
+	p := &prepared{}
+	p.write = func(ctx context.Context, ld sinks.Load) error {
+		p.rows, p.deadLetters, acc = 0, 0, ir.next
+		return ir.writePartitions(ctx, ld, table, keys, parts, &p.rows, &p.deadLetters, &acc)
+	}
+	// Each file continues from where this run's loads left it: a file
+	// swapped in with its partition, then joined by a new file of the
+	// partition, is read again with it.
+	from := make(batch.Positions, len(to))
+	for i, t := range to {
+		from[i] = batch.Position{File: t.File}
+		if h, ok := ir.pos[t.File]; ok {
+			from[i] = h
 		}
-		err = ir.writePartitions(ctx, ld, table, keys, parts, &rows, &deadLetters, &acc)
-		if err == nil {
-			err = ld.Commit(ctx, sinks.Commit{To: to, Rows: rows, DeadLetters: deadLetters})
-		}
-		if err != nil {
-			if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
-				ir.r.log.Warn("load not aborted; recovery removes it", "flow", ir.f.Name, "err", aerr)
-			}
-			return err
-		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := ir.r.commitLoad(ctx, ir.f, 0, p, sinks.Commit{From: from, To: to}); err != nil {
 		return err
 	}
 	ir.next = acc
-	ir.rows += rows
+	ir.rows += p.rows
 	return nil
 }
 

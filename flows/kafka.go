@@ -1,7 +1,6 @@
 package flows
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,22 +24,6 @@ import (
 type batchHandler interface {
 	prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error)
 	prepareChunk(ctx context.Context, ch *backfill.Chunk) (*prepared, error)
-}
-
-// prepared is a batch ready to load.
-type prepared struct {
-	write       func(ctx context.Context, ld sinks.Load) error
-	rows        int64
-	deadLetters int64
-	// turn, when set, waits until the batch may load: a CDC batch loads
-	// after the batches of its target applied before it ended (and may be
-	// applied again, changing the fields above).
-	turn func(ctx context.Context) error
-	// done, when set, runs after the load ended, or after prepare when
-	// there was no load: committed true when its ledger row was written (by
-	// this attempt or an earlier one), false when the outcome is unknown or
-	// the load was abandoned.
-	done func(committed bool)
 }
 
 // kafkaFlow consumes one flow's topic; each batch of a partition becomes one
@@ -93,10 +76,11 @@ func (r *runner) consumerConfig(f *spec.Flow) (consumer.Config, error) {
 
 // Positions returns the ledger positions of the flow's partitions.
 func (kf *kafkaFlow) Positions(ctx context.Context, topic string, partitions []int32) (map[int32]int64, error) {
-	all, err := kf.r.kafkaPositions(ctx, kf.flow.Name)
+	heads, err := kf.r.heads(ctx, kf.flow.Name)
 	if err != nil {
 		return nil, err
 	}
+	all := heads.Kafka()
 	out := make(map[int32]int64, len(partitions))
 	for _, p := range partitions {
 		if off, ok := all[batch.TopicPartition{Topic: topic, Partition: p}]; ok {
@@ -139,56 +123,27 @@ func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) erro
 // load loads a prepared batch made of the record batches rbs, of
 // different partitions, and returns once its ledger row is written.
 func (kf *kafkaFlow) load(ctx context.Context, p *prepared, rbs []*consumer.RecordBatch) error {
-	committed := false
-	defer func() {
-		if p.done != nil {
-			p.done(committed)
-		}
-	}()
-
 	var c sinks.Commit
 	for _, rb := range rbs {
 		c.From = append(c.From, batch.Position{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.From})
 		c.To = append(c.To, batch.Position{Topic: rb.Topic, Partition: rb.Partition, Offset: rb.Next})
 	}
-	attempts, err := kf.r.loadPrepared(ctx, kf.flow, int64(rbs[0].Generation), p, c)
-	if errors.Is(err, sinks.ErrStale) {
-		// Either an earlier attempt of this very load committed before its
-		// error reached us (the ledger then stands at each batch's Next), or
-		// another writer took a partition over: its rows are its own, and
-		// ours must not be published twice.
-		pos, perr := kf.r.kafkaPositions(ctx, kf.flow.Name)
-		if perr != nil {
-			return perr
-		}
-		var moved *consumer.RecordBatch // a partition whose ledger is not where this load leaves it
-		for _, o := range rbs {
-			if pos[batch.TopicPartition{Topic: o.Topic, Partition: o.Partition}] != o.Next {
-				moved = o
-				break
-			}
-		}
-		rb := cmp.Or(moved, rbs[0])
-		ledger := pos[batch.TopicPartition{Topic: rb.Topic, Partition: rb.Partition}]
-		switch {
-		case attempts > 1 && moved == nil:
-			err = nil
-		case kf.r.opts.Mode == ModeRun:
+	err := kf.r.commitLoad(ctx, kf.flow, int64(rbs[0].Generation), p, c)
+	var se *staleError
+	if errors.As(err, &se) {
+		if kf.r.opts.Mode == ModeRun {
 			// The group gave the partition to another member: this
 			// session is over, and the rebalance that ends it seeks the
 			// partition's next owner to the ledger.
-			kf.log.Warn("batch abandoned: another writer committed this partition", "topic", rb.Topic,
-				"partition", rb.Partition, "from", rb.From, "ledger", ledger, "partitions", len(rbs))
+			kf.log.Warn("batch abandoned: another writer committed this partition", "topic", se.slot.Topic,
+				"partition", se.slot.Partition, "from", se.slot.Offset, "ledger", se.ledger, "partitions", len(rbs))
 			return nil
-		default:
-			return fmt.Errorf("partition %s/%d: another writer committed it while this update ran (ledger at %d, batch from %d); run update again: %w",
-				rb.Topic, rb.Partition, ledger, rb.From, err)
 		}
+		return fmt.Errorf("%w; this update ran meanwhile: run update again", se)
 	}
 	if err != nil {
 		return err
 	}
-	committed = true
 	kf.rows.Add(p.rows)
 	kf.deadLetters.Add(p.deadLetters)
 	kf.loads.Add(1)
@@ -197,44 +152,6 @@ func (kf *kafkaFlow) load(ctx context.Context, p *prepared, rbs []*consumer.Reco
 			"from", rb.From, "next", rb.Next, "rows", p.rows, "dead_letters", p.deadLetters, "partitions", len(rbs))
 	}
 	return nil
-}
-
-// loadPrepared writes a prepared batch as one load and commits it,
-// retrying what the destination classifies as retryable; attempts counts
-// the loads begun. The commit's row and dead-letter counts are p's, taken
-// once the batch's turn came.
-func (r *runner) loadPrepared(ctx context.Context, f *spec.Flow, generation int64, p *prepared, c sinks.Commit) (attempts int, err error) {
-	if p.turn != nil {
-		if err := p.turn(ctx); err != nil {
-			return 0, err
-		}
-	}
-	c.Rows, c.DeadLetters = p.rows, p.deadLetters // a batch applied again at its turn counts anew
-	err = r.retry(ctx, "load", func(ctx context.Context) error {
-		attempts++
-		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{
-			LoadID:     newLoadID(),
-			Pipeline:   r.p.Pipeline,
-			Flow:       f.Name,
-			Targets:    []string{f.Target},
-			Generation: generation,
-		})
-		if err != nil {
-			return err
-		}
-		err = p.write(ctx, ld)
-		if err == nil {
-			err = ld.Commit(ctx, c)
-		}
-		if err != nil {
-			if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
-				r.log.Warn("load not aborted; recovery removes it", "flow", f.Name, "err", aerr)
-			}
-			return err
-		}
-		return nil
-	})
-	return attempts, err
 }
 
 // stampDeadLetters fills in what the decoders leave to the runner.

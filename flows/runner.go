@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/consumer"
-	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
 )
@@ -398,18 +397,4 @@ func (r *runner) retry(ctx context.Context, what string, op func(context.Context
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
-}
-
-// kafkaPositions reads the ledger positions of one flow from the destination.
-func (r *runner) kafkaPositions(ctx context.Context, flow string) (map[batch.TopicPartition]int64, error) {
-	var led *batch.Ledger
-	err := r.retry(ctx, "read ledger", func(ctx context.Context) error {
-		var err error
-		led, err = r.sink.Ledger(ctx)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return led.KafkaPositions(flow), nil
 }

@@ -196,35 +196,22 @@ func (a *snapshotApply) buckets() [][2]int {
 	return out
 }
 
-// load applies the spilled snapshot in one load and commits it, retrying
-// what the destination classifies as retryable.
+// snapshotSlotPrefix names the slot of a snapshot version in the ledger:
+// a version's load takes it from no position to done.
+const snapshotSlotPrefix = "snapshot:"
+
+// load applies the spilled snapshot in one load and commits it. A version
+// applied once (by an earlier attempt or run) is not applied again.
 func (a *snapshotApply) load(ctx context.Context) error {
-	r, f := a.r, a.flow
-	attempt := 0
-	return r.retry(ctx, "load", func(ctx context.Context) error {
-		if attempt++; attempt > 1 {
-			a.target.cache.Reset() // an earlier attempt's outcome may be unknown
-		}
-		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{
-			LoadID:   newLoadID(),
-			Pipeline: r.p.Pipeline,
-			Flow:     f.Name,
-			Targets:  []string{f.Target},
-		})
-		if err != nil {
-			return err
-		}
-		rows, err := a.write(ctx, ld)
-		if err == nil {
-			err = ld.Commit(ctx, sinks.Commit{To: batch.Positions{{File: "snapshot:" + a.version.text, Done: true}}, Rows: rows})
-		}
-		if err != nil {
-			if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
-				r.log.Warn("load not aborted; recovery removes it", "flow", f.Name, "err", aerr)
-			}
-			return err
-		}
-		return nil
+	slot := snapshotSlotPrefix + a.version.text
+	p := &prepared{again: a.target.cache.Reset} // an earlier attempt's outcome may be unknown
+	p.write = func(ctx context.Context, ld sinks.Load) (err error) {
+		p.rows, err = a.write(ctx, ld)
+		return err
+	}
+	return a.r.commitLoad(ctx, a.flow, 0, p, sinks.Commit{
+		From: batch.Positions{{File: slot}},
+		To:   batch.Positions{{File: slot, Done: true}},
 	})
 }
 

@@ -89,9 +89,10 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 			at := ld.CommittedAt
 			fr.LastLoadAt = &at
 		}
+		heads := sinks.LedgerHeads(led, f.Name)
 		if f.Source.Files != nil {
 			fr.Source = "files:" + f.Source.Files.Path
-			for _, fp := range led.FilePositions(f.Name) {
+			for _, fp := range heads.Files() {
 				if fp.Done && f.Incremental == nil { // an incremental flow reads its files again on every run
 					fr.FilesDone++
 				}
@@ -139,7 +140,7 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 		}
 		if f.Source.Kafka != nil {
 			fr.Source = "kafka:" + f.Source.Kafka.Topic
-			pos := led.KafkaPositions(f.Name)
+			pos := heads.Kafka()
 			var ends map[int32]int64
 			if reach {
 				cfg, err := consumerBase(p, f)

@@ -115,3 +115,24 @@ func TestChainCommitsEachPositionOnce(t *testing.T) {
 		}
 	})
 }
+
+func TestLedgerHeads(t *testing.T) {
+	led := &batch.Ledger{Loads: []batch.LoadRecord{
+		{Flow: "a", Positions: batch.Positions{{Topic: "t", Partition: 0, Offset: 10}, {Topic: "t", Partition: 1, Offset: 4}}},
+		{Flow: "a", Positions: batch.Positions{{Topic: "t", Partition: 0, Offset: 20}}},
+		{Flow: "b", Positions: batch.Positions{{Topic: "t", Partition: 0, Offset: 99}}},
+		{Flow: "a", Positions: batch.Positions{{File: "a.parquet", RowGroup: 100}}},
+		{Flow: "a", Positions: batch.Positions{{File: "a.parquet", RowGroup: 250, Done: true}}},
+		{Flow: "a", Positions: batch.Positions{{File: "b.parquet", RowGroup: 10}}},
+		{Flow: "other", Positions: batch.Positions{{File: "c.parquet", RowGroup: 5, Done: true}}},
+	}}
+	h := LedgerHeads(led, "a")
+	got := h.Kafka()
+	if len(got) != 2 || got[batch.TopicPartition{Topic: "t", Partition: 0}] != 20 || got[batch.TopicPartition{Topic: "t", Partition: 1}] != 4 {
+		t.Errorf("Kafka heads %v", got)
+	}
+	files := h.Files()
+	if len(files) != 2 || files["a.parquet"].RowGroup != 250 || !files["a.parquet"].Done || files["b.parquet"].RowGroup != 10 || files["b.parquet"].Done {
+		t.Errorf("file heads %+v", files)
+	}
+}

@@ -117,10 +117,6 @@ func TestLedgerPositions(t *testing.T) {
 		{Flow: "a", Generation: 4, Positions: Positions{{Topic: "t", Partition: 0, Offset: 20}}},
 		{Flow: "b", Positions: Positions{{Topic: "t", Partition: 0, Offset: 99}}},
 	}}
-	got := led.KafkaPositions("a")
-	if len(got) != 2 || got[TopicPartition{"t", 0}] != 20 || got[TopicPartition{"t", 1}] != 4 {
-		t.Fatalf("positions %v", got)
-	}
 	if g := led.Generation("a", TopicPartition{"t", 1}); g != 3 {
 		t.Fatalf("generation %d, want 3", g)
 	}
@@ -131,20 +127,6 @@ func TestLedgerPositions(t *testing.T) {
 	back, err := DecodePositions(enc)
 	if err != nil || len(back) != 2 || back[1].Offset != 4 {
 		t.Fatalf("decode: %v %v", back, err)
-	}
-}
-
-func TestLedgerFilePositions(t *testing.T) {
-	led := &Ledger{Loads: []LoadRecord{
-		{Flow: "bf", Positions: Positions{{File: "a.parquet", RowGroup: 100}}},
-		{Flow: "bf", Positions: Positions{{File: "a.parquet", RowGroup: 250, Done: true}}},
-		{Flow: "bf", Positions: Positions{{File: "b.parquet", RowGroup: 10}}},
-		{Flow: "other", Positions: Positions{{File: "c.parquet", RowGroup: 5, Done: true}}},
-		{Flow: "bf", Positions: Positions{{Topic: "t", Offset: 9}}},
-	}}
-	got := led.FilePositions("bf")
-	if len(got) != 2 || got["a.parquet"].RowGroup != 250 || !got["a.parquet"].Done || got["b.parquet"].RowGroup != 10 || got["b.parquet"].Done {
-		t.Fatalf("file positions %+v", got)
 	}
 }
 

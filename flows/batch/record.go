@@ -197,27 +197,6 @@ type Ledger struct {
 	Loads []LoadRecord
 }
 
-// KafkaPositions returns, for one flow, the next offset to read of every
-// partition any committed load of the flow reached (the greatest such offset).
-func (l *Ledger) KafkaPositions(flow string) map[TopicPartition]int64 {
-	out := map[TopicPartition]int64{}
-	for _, ld := range l.Loads {
-		if ld.Flow != flow {
-			continue
-		}
-		for _, p := range ld.Positions {
-			if p.Topic == "" {
-				continue
-			}
-			tp := TopicPartition{p.Topic, p.Partition}
-			if cur, ok := out[tp]; !ok || p.Offset > cur {
-				out[tp] = p.Offset
-			}
-		}
-	}
-	return out
-}
-
 // Generation returns the greatest writer generation among the committed loads
 // of flow that reached partition tp, or -1 when there is none.
 func (l *Ledger) Generation(flow string, tp TopicPartition) int64 {

@@ -247,7 +247,7 @@ func TestCrash(t *testing.T) {
 			if got := eventIDs(t, s2); !slices.Equal(got, want) {
 				t.Fatalf("events after recovery: %v, want %v", got, want)
 			}
-			if got := led.KafkaPositions("f")[batch.TopicPartition{Topic: "t"}]; got != next {
+			if got := sinks.LedgerHeads(led, "f").Kafka()[batch.TopicPartition{Topic: "t"}]; got != next {
 				t.Fatalf("ledger at %d, want %d", got, next)
 			}
 			dls, err := s2.Scan(ctx, batch.DeadLettersTable)
@@ -501,7 +501,7 @@ func race(t *testing.T, grace time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := led.KafkaPositions("f")[batch.TopicPartition{Topic: "t"}]; got != int64(from) {
+	if got := sinks.LedgerHeads(led, "f").Kafka()[batch.TopicPartition{Topic: "t"}]; got != int64(from) {
 		t.Fatalf("ledger at %d, want %d", got, from)
 	}
 	if _, err := open().Recover(ctx); err != nil {

@@ -80,7 +80,7 @@ func TestKillDuringCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	child := led.KafkaPositions("f")[batch.TopicPartition{Topic: "orders", Partition: 1}]
+	child := sinks.LedgerHeads(led, "f").Kafka()[batch.TopicPartition{Topic: "orders", Partition: 1}]
 	var childRows int64
 	for _, id := range b.Column("order_id").Ints {
 		if id >= childBase {
@@ -119,7 +119,7 @@ func killChild(dir string) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		from, ok := led.KafkaPositions("f")[tp]
+		from, ok := sinks.LedgerHeads(led, "f").Kafka()[tp]
 		if !ok {
 			from = -1
 		}

@@ -206,7 +206,7 @@ func (h *harness) cdcCommit(s sinks.Sink, flow string, ops ...cdcOp) (string, er
 	h.t.Helper()
 	ctx := context.Background()
 	from := int64(-1)
-	if off, ok := ledger(h.t, s).KafkaPositions(flow)[batch.TopicPartition{Topic: "cdc", Partition: 0}]; ok {
+	if off, ok := sinks.LedgerHeads(ledger(h.t, s), flow).Kafka()[batch.TopicPartition{Topic: "cdc", Partition: 0}]; ok {
 		from = off
 	}
 	ld, id := h.beginCDC(s, flow, scd1Table.Name, scd2Table.Name)

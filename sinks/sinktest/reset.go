@@ -70,7 +70,7 @@ func (h *harness) mustCommit(s sinks.Sink, flow, table string, from, to int) {
 // want < 0 means none.
 func expectPosition(t *testing.T, l *batch.Ledger, what, flow string, want int64) {
 	t.Helper()
-	got, ok := l.KafkaPositions(flow)[batch.TopicPartition{Topic: "t", Partition: 0}]
+	got, ok := sinks.LedgerHeads(l, flow).Kafka()[batch.TopicPartition{Topic: "t", Partition: 0}]
 	switch {
 	case want < 0 && ok:
 		t.Errorf("%s: flow %s has ledger position %d, want none", what, flow, got)
@@ -162,7 +162,7 @@ func testResetCDC(t *testing.T, h *harness) {
 		expectContent(t, r, scd2Table, "after the reset")
 		expectState(t, r, scd1Table.Name, "after the reset", []string{encKey(1), encKey(2), ""}, nil)
 	}
-	if _, ok := ledger(t, s).KafkaPositions("f")[batch.TopicPartition{Topic: "cdc", Partition: 0}]; ok {
+	if _, ok := sinks.LedgerHeads(ledger(t, s), "f").Kafka()[batch.TopicPartition{Topic: "cdc", Partition: 0}]; ok {
 		t.Fatalf("flow f keeps a ledger position after the reset")
 	}
 	// The flow starts over: a new load applies to the empty target.
@@ -172,7 +172,7 @@ func testResetCDC(t *testing.T, h *harness) {
 	expectContent(t, s, scd1Table, "a load after the reset", "3|c|30")
 	expectState(t, s, scd1Table.Name, "a load after the reset", []string{encKey(1), encKey(3), ""},
 		map[string][]byte{encKey(3): []byte("s3")})
-	if off := ledger(t, s).KafkaPositions("f")[batch.TopicPartition{Topic: "cdc", Partition: 0}]; off != 1 {
+	if off := sinks.LedgerHeads(ledger(t, s), "f").Kafka()[batch.TopicPartition{Topic: "cdc", Partition: 0}]; off != 1 {
 		t.Fatalf("flow f is at %d after one load since the reset, want 1", off)
 	}
 }
@@ -216,7 +216,7 @@ func testResetCrash(t *testing.T, h *harness, c config) {
 	l := recoverLedger(t, r)
 	expectPosition(t, l, "after the crash and Recover", "a", -1)
 	expectPosition(t, l, "after the crash and Recover", "c", 4)
-	if _, ok := l.KafkaPositions("f")[batch.TopicPartition{Topic: "cdc", Partition: 0}]; ok {
+	if _, ok := sinks.LedgerHeads(l, "f").Kafka()[batch.TopicPartition{Topic: "cdc", Partition: 0}]; ok {
 		t.Errorf("flow f keeps a ledger position after the crash and Recover")
 	}
 	expectIDs(t, r, "orders", "after the crash and Recover", []int64{})

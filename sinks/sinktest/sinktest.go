@@ -446,7 +446,7 @@ func testStale(t *testing.T, h *harness) {
 	if len(l.Loads) != 3 {
 		t.Fatalf("ledger has %d loads, want 3", len(l.Loads))
 	}
-	if got := l.KafkaPositions("f"); got[batch.TopicPartition{Topic: "t", Partition: 0}] != 15 {
+	if got := sinks.LedgerHeads(l, "f").Kafka(); got[batch.TopicPartition{Topic: "t", Partition: 0}] != 15 {
 		t.Fatalf("positions of f %v, want t/0 at 15", got)
 	}
 }
@@ -648,7 +648,7 @@ func testPositions(t *testing.T, h *harness) {
 				t.Errorf("%s: load %d\n got %+v\nwant %+v", what, i, got, w)
 			}
 		}
-		kp := l.KafkaPositions("f")
+		kp := sinks.LedgerHeads(l, "f").Kafka()
 		wantKP := map[batch.TopicPartition]int64{{Topic: "orders", Partition: 0}: 150,
 			{Topic: "orders", Partition: 1}: 50, {Topic: "other", Partition: 0}: 7}
 		if fmt.Sprint(kp) != fmt.Sprint(wantKP) {
@@ -1043,7 +1043,7 @@ func testConcurrent(t *testing.T, h *harness) {
 	if got := ids(t, scan(t, s, "orders"), "id"); !slices.Equal(got, seq(0, writers*loads*rows)) {
 		t.Fatalf("%d ids, want each of 0..%d once", len(got), writers*loads*rows-1)
 	}
-	kp := ledger(t, s).KafkaPositions("f")
+	kp := sinks.LedgerHeads(ledger(t, s), "f").Kafka()
 	for w := range writers {
 		if got := kp[batch.TopicPartition{Topic: "t", Partition: int32(w)}]; got != loads*rows {
 			t.Errorf("partition %d at %d, want %d", w, got, loads*rows)

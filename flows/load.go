@@ -1,0 +1,156 @@
+package flows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// The one load path of every flow kind (docs/operations.md, "Delivery"): a
+// prepared batch becomes a load (Begin, Write, Commit, or Abort on any
+// failure), retried with a new load id while the destination calls its
+// error retryable. The positions of a load say where it takes each of its
+// slots (Kafka partitions, files, snapshot versions) from and to; the
+// destination commits it only when it continues every slot (the chain rule,
+// sinks/chain.go). So a load whose commit failed after its commit point, and
+// which is loaded again, is refused as stale: when the flow's heads then
+// stand exactly where the load leaves its slots, the batch is in the target
+// once and the load counts as committed.
+
+// prepared is a batch ready to load.
+type prepared struct {
+	write       func(ctx context.Context, ld sinks.Load) error
+	rows        int64
+	deadLetters int64
+	// turn, when set, waits until the batch may load: a CDC batch loads
+	// after the batches of its target applied before it ended (and may be
+	// applied again, changing the fields above).
+	turn func(ctx context.Context) error
+	// again, when set, runs before each attempt after the first: the
+	// outcome of the attempt before is unknown.
+	again func()
+	// done, when set, runs once the load ended: committed is true when this
+	// load's own commit wrote its ledger row, false when the outcome is
+	// unknown, the load was abandoned, or the batch is in the target by an
+	// earlier attempt (whose effects a cache must then read back).
+	done func(committed bool)
+}
+
+// staleError is a load refused because another writer moved one of its
+// slots: its rows are not in the target, and loading it again would not
+// change that.
+type staleError struct {
+	slot   batch.Position // a slot the ledger is not where the load took it from
+	ledger string         // where the ledger is, described
+	err    error          // the destination's sinks.ErrStale
+}
+
+func (e *staleError) Error() string {
+	return fmt.Sprintf("%s: another writer committed it (the ledger is at %s, the load started at %s): %v",
+		slotText(e.slot), e.ledger, sinks.Describe(e.slot), e.err)
+}
+
+func (e *staleError) Unwrap() error { return e.err }
+
+func slotText(p batch.Position) string {
+	if p.Topic != "" {
+		return fmt.Sprintf("partition %s/%d", p.Topic, p.Partition)
+	}
+	if name, ok := strings.CutPrefix(p.File, snapshotSlotPrefix); ok {
+		return "snapshot " + name
+	}
+	return "file " + p.File
+}
+
+// commitLoad loads p as one load of flow f moving its slots by c.From and
+// c.To (c's counts are p's, taken after each write) and returns once its
+// ledger row is written. It returns a *staleError when another writer moved
+// a slot, the last error when retrying gave up, and nil when the batch is
+// committed, by this load or, as its heads show, by an earlier attempt.
+func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64, p *prepared, c sinks.Commit) (err error) {
+	ownCommit := false
+	defer func() {
+		if p.done != nil {
+			p.done(ownCommit)
+		}
+	}()
+	if p.turn != nil {
+		if err := p.turn(ctx); err != nil {
+			return err
+		}
+	}
+	attempts := 0
+	err = r.retry(ctx, "load", func(ctx context.Context) error {
+		if attempts++; attempts > 1 && p.again != nil {
+			p.again()
+		}
+		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{
+			LoadID:     newLoadID(),
+			Pipeline:   r.p.Pipeline,
+			Flow:       f.Name,
+			Targets:    []string{f.Target},
+			Generation: generation,
+		})
+		if err != nil {
+			return err
+		}
+		err = p.write(ctx, ld)
+		if err == nil {
+			c.Rows, c.DeadLetters = p.rows, p.deadLetters
+			err = ld.Commit(ctx, c)
+		}
+		if err != nil {
+			if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
+				r.log.Warn("load not aborted; recovery removes it", "flow", f.Name, "err", aerr)
+			}
+		}
+		return err
+	})
+	if err == nil {
+		ownCommit = true
+		return nil
+	}
+	if !errors.Is(err, sinks.ErrStale) || len(c.From) == 0 {
+		return err
+	}
+	heads, herr := r.heads(ctx, f.Name)
+	if herr != nil {
+		return herr
+	}
+	if heads.Reached(c.To) {
+		// An earlier attempt, or an earlier run, committed this very batch.
+		r.log.Debug("load found committed by an earlier attempt", "flow", f.Name, "to", c.To.Encode(), "attempts", attempts)
+		return nil
+	}
+	se := &staleError{slot: c.From[0], ledger: "no position", err: err}
+	for _, from := range c.From {
+		h, ok := heads[sinks.Slot(from)]
+		if !sinks.Continues(from, h, ok) {
+			se.slot = from
+			if ok {
+				se.ledger = sinks.Describe(h)
+			}
+			break
+		}
+	}
+	return se
+}
+
+// heads reads the heads of a flow's slots from the destination.
+func (r *runner) heads(ctx context.Context, flow string) (sinks.Heads, error) {
+	var led *batch.Ledger
+	err := r.retry(ctx, "read ledger", func(ctx context.Context) error {
+		var err error
+		led, err = r.sink.Ledger(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sinks.LedgerHeads(led, flow), nil
+}
