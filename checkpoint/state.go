@@ -308,9 +308,19 @@ func GetCursor(ctx context.Context, s Store, pipeline, flow string) (CursorState
 	return getOr[CursorState](ctx, s, CursorKey(pipeline, flow))
 }
 
-// PutCursor stores a flow's cursor if its stored revision is revision.
+// PutCursor stores a flow's cursor if its stored revision is revision. A
+// retried Put whose earlier attempt landed finds the cursor stored at the
+// next revision: that counts as stored, not as another writer's.
 func PutCursor(ctx context.Context, s Store, pipeline, flow string, st CursorState, revision uint64) error {
-	return PutJSON(ctx, s, CursorKey(pipeline, flow), st, revision)
+	err := PutJSON(ctx, s, CursorKey(pipeline, flow), st, revision)
+	if !errors.Is(err, ErrStale) {
+		return err
+	}
+	got, rev, gerr := GetCursor(ctx, s, pipeline, flow)
+	if gerr == nil && rev == revision+1 && got == st {
+		return nil
+	}
+	return err
 }
 
 // RecordFirstOffset records offset as the first offset the flow consumed

@@ -99,3 +99,28 @@ func TestSnapshotStateAdd(t *testing.T) {
 		})
 	}
 }
+
+// TestPutCursorRetried: a PutCursor whose first attempt landed although it
+// reported an error is tried again with the same revision: it counts as
+// stored. Another writer's cursor in between is still refused.
+func TestPutCursorRetried(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory()
+	st := CursorState{LastValue: "2025-01-02", Type: "date", Runs: 3}
+	if err := PutCursor(ctx, m, "p", "f", st, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The same cursor again from revision 0, as a retry after a lost answer.
+	if err := PutCursor(ctx, m, "p", "f", st, 0); err != nil {
+		t.Fatalf("retried PutCursor: %v, want it counted as stored", err)
+	}
+	other := st
+	other.LastValue = "2025-01-03"
+	if err := PutCursor(ctx, m, "p", "f", other, 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("PutCursor over another cursor: %v, want ErrStale", err)
+	}
+	got, rev, err := GetCursor(ctx, m, "p", "f")
+	if err != nil || got != st || rev != 1 {
+		t.Fatalf("stored cursor %+v at revision %d (%v), want %+v at 1", got, rev, err, st)
+	}
+}

@@ -15,32 +15,14 @@ import (
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/checkpoint"
-	checkpointch "github.com/sluicehq/sluice/checkpoint/clickhouse"
-	checkpointlocal "github.com/sluicehq/sluice/checkpoint/local"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
-	"github.com/sluicehq/sluice/sinks/clickhouse"
 )
 
 // DefaultPollFiles is how often `run` looks for new files of a files or
 // snapshots flow (Options.PollFiles).
 const DefaultPollFiles = 10 * time.Second
-
-// OpenCheckpoints opens the pipeline's checkpoint store, in its destination:
-// _sluice_state in ClickHouse, <path>/_sluice/checkpoint.db locally.
-func OpenCheckpoints(ctx context.Context, p *spec.Pipeline, sink sinks.Sink) (checkpoint.Store, error) {
-	if s, ok := sink.(interface {
-		StateConn() (clickhouse.StateConn, string)
-	}); ok {
-		conn, db := s.StateConn()
-		return checkpointch.Open(ctx, conn, checkpointch.Options{Database: db})
-	}
-	if p.Destination.Local != nil {
-		return checkpointlocal.Open(p.Path(p.Destination.Local.Path), checkpointlocal.Options{})
-	}
-	return nil, errors.New("the destination keeps no checkpoint store")
-}
 
 // Fingerprint identifies a flow's definition: a once-flow whose definition
 // changed after it completed is refused rather than silently skipped. Line

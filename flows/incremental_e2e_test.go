@@ -81,7 +81,7 @@ func (s *stepper) cursor(flow string) checkpoint.CursorState {
 		s.t.Fatal(err)
 	}
 	defer sink.Close()
-	store, err := flows.OpenCheckpoints(ctx, s.p, sink)
+	store, err := flows.OpenCheckpoints(ctx, s.p, sink, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -91,6 +91,10 @@ type Options struct {
 	// Consumer, when set, adjusts each flow's consumer configuration after
 	// sluice derived it from the spec (tests shorten timeouts with it).
 	Consumer func(*consumer.Config)
+
+	// Checkpoints, when set, wraps the pipeline's checkpoint store (tests
+	// inject faults with it).
+	Checkpoints func(checkpoint.Store) checkpoint.Store
 }
 
 // ErrRunAlive is returned by an update while a run of the pipeline is alive.
@@ -169,10 +173,15 @@ func (r *runner) execute(ctx context.Context) error {
 		return err
 	}
 	defer stopLeases()
-	if r.checkpoints, err = OpenCheckpoints(ctx, r.p, r.sink); err != nil {
+	store, err := OpenCheckpoints(ctx, r.p, r.sink, r.log)
+	if err != nil {
 		return fmt.Errorf("checkpoint store: %w", err)
 	}
-	defer r.checkpoints.Close()
+	defer store.Close()
+	if r.opts.Checkpoints != nil {
+		store = r.opts.Checkpoints(store)
+	}
+	r.checkpoints = newRetryingStore(store, r)
 	if r.opts.FullRefresh || len(r.opts.Refresh) > 0 {
 		if r.opts.Mode != ModeUpdate {
 			return errors.New("a refresh runs with update, not run")
@@ -380,12 +389,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 // classify as retryable, or (in update mode) RetryFor has passed. Retryable
 // failures are logged at Warn with a growing backoff.
 func (r *runner) retry(ctx context.Context, what string, op func(context.Context) error) error {
-	classify, _ := r.sink.(interface{ Retryable(error) bool })
+	c, _ := r.sink.(sinks.Classifier)
+	return r.retryWith(ctx, what, c, op)
+}
+
+// retryWith is retry with the classifier of another component (nil: no
+// error is retryable).
+func (r *runner) retryWith(ctx context.Context, what string, c sinks.Classifier, op func(context.Context) error) error {
 	start := time.Now()
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
-		if err == nil || classify == nil || !classify.Retryable(err) {
+		if err == nil || c == nil || !c.Retryable(err) {
 			return err
 		}
 		if r.opts.Mode == ModeUpdate && time.Since(start) > r.opts.RetryFor {

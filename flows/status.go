@@ -70,7 +70,7 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 		return nil, err
 	}
 	rep := &Report{Pipeline: p.Pipeline, Processes: hbs, LoadsTotal: len(led.Loads)}
-	store, err := OpenCheckpoints(ctx, p, sink)
+	store, err := OpenCheckpoints(ctx, p, sink, nil)
 	if err != nil {
 		store = nil // status still reports what the ledger says
 	} else {

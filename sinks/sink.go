@@ -18,6 +18,16 @@ var (
 	ErrUnknownTable = errors.New("unknown table")
 )
 
+// Classifier tells whether an operation that failed with err may succeed
+// when tried again (a server down or overloaded, a disk full, a lock not
+// obtained in time), as opposed to a refusal that another attempt cannot
+// change (ErrStale, a schema mismatch, a value out of range). Destinations
+// and checkpoint stores implement it, each with its one classifier; the
+// runner retries what it calls retryable.
+type Classifier interface {
+	Retryable(err error) bool
+}
+
 // Table describes a target table as the spec resolves it.
 type Table struct {
 	Name        string

@@ -727,8 +727,13 @@ func testTypedState(t *testing.T, h *harness) {
 	if err := checkpoint.PutCursor(ctx, s, pipeline, "f", cur, 0); err != nil {
 		t.Fatalf("PutCursor: %v", err)
 	}
-	if err := checkpoint.PutCursor(ctx, s, pipeline, "f", cur, 0); !errors.Is(err, checkpoint.ErrStale) {
-		t.Fatalf("PutCursor at a stale revision: err %v, want ErrStale", err)
+	if err := checkpoint.PutCursor(ctx, s, pipeline, "f", cur, 0); err != nil {
+		t.Fatalf("PutCursor of the same cursor again (a retry whose first attempt landed): %v", err)
+	}
+	moved := cur
+	moved.LastValue = "2024-06-01T00:00:00Z"
+	if err := checkpoint.PutCursor(ctx, s, pipeline, "f", moved, 0); !errors.Is(err, checkpoint.ErrStale) {
+		t.Fatalf("PutCursor of another cursor at a stale revision: err %v, want ErrStale", err)
 	}
 	if got, rev, err := checkpoint.GetCursor(ctx, open(), pipeline, "f"); err != nil || got != cur || rev != 1 {
 		t.Fatalf("GetCursor = %+v rev %d err %v, want %+v rev 1", got, rev, err, cur)

@@ -1,0 +1,75 @@
+package flows
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/sluicehq/sluice/checkpoint"
+	checkpointch "github.com/sluicehq/sluice/checkpoint/clickhouse"
+	checkpointlocal "github.com/sluicehq/sluice/checkpoint/local"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse"
+)
+
+// OpenCheckpoints opens the pipeline's checkpoint store, in its destination:
+// _sluice_state in ClickHouse, <path>/_sluice/checkpoint.db locally. log
+// (nil discards) gets the store's lock takeovers.
+func OpenCheckpoints(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, log *slog.Logger) (checkpoint.Store, error) {
+	if s, ok := sink.(interface {
+		StateConn() (clickhouse.StateConn, string)
+	}); ok {
+		conn, db := s.StateConn()
+		return checkpointch.Open(ctx, conn, checkpointch.Options{Database: db, Logger: log})
+	}
+	if p.Destination.Local != nil {
+		return checkpointlocal.Open(p.Path(p.Destination.Local.Path), checkpointlocal.Options{})
+	}
+	return nil, errors.New("the destination keeps no checkpoint store")
+}
+
+// retryingStore retries the operations of the checkpoint store that fail
+// with an error its classifier calls retryable, as loads are retried
+// (runner.retry): a short outage of the destination fails neither. Retrying
+// is safe: reads and Delete are idempotent, and a Put whose first attempt
+// landed is refused as stale by its compare-and-set, which the typed
+// updates of package checkpoint answer by reading again.
+type retryingStore struct {
+	checkpoint.Store
+	r *runner
+	c sinks.Classifier // nil when the store classifies nothing
+}
+
+func newRetryingStore(s checkpoint.Store, r *runner) retryingStore {
+	c, _ := s.(sinks.Classifier)
+	return retryingStore{Store: s, r: r, c: c}
+}
+
+func (s retryingStore) Get(ctx context.Context, key checkpoint.Key) (e checkpoint.Entry, err error) {
+	err = s.r.retryWith(ctx, "checkpoint "+key.String(), s.c, func(ctx context.Context) error {
+		e, err = s.Store.Get(ctx, key)
+		return err
+	})
+	return e, err
+}
+
+func (s retryingStore) Put(ctx context.Context, key checkpoint.Key, e checkpoint.Entry) error {
+	return s.r.retryWith(ctx, "checkpoint "+key.String(), s.c, func(ctx context.Context) error {
+		return s.Store.Put(ctx, key, e)
+	})
+}
+
+func (s retryingStore) Delete(ctx context.Context, prefix checkpoint.Key) error {
+	return s.r.retryWith(ctx, "checkpoint "+prefix.String(), s.c, func(ctx context.Context) error {
+		return s.Store.Delete(ctx, prefix)
+	})
+}
+
+func (s retryingStore) List(ctx context.Context, prefix checkpoint.Key) (out []checkpoint.KeyEntry, err error) {
+	err = s.r.retryWith(ctx, "checkpoint "+prefix.String(), s.c, func(ctx context.Context) error {
+		out, err = s.Store.List(ctx, prefix)
+		return err
+	})
+	return out, err
+}
