@@ -16,6 +16,10 @@
 // Within a process, every Store on the same file queues on one mutex
 // instead of polling the lock.
 //
+// The folders it makes and syncs go through Options.FS (sinks/local/fsys,
+// the file-system seam it shares with the local sink, so that tests can
+// fail those operations); bbolt opens the file itself.
+//
 // It must not know the local sink's layout beyond the _sluice folder name,
-// nor import any sink or source.
+// nor import any sink or source (sinks/local/fsys is neither).
 package local

@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -16,6 +16,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sluicehq/sluice/checkpoint"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // FileName is the store's file inside the destination's _sluice folder.
@@ -33,6 +34,10 @@ type Options struct {
 	// LockTimeout bounds waiting for another process that holds the file
 	// (each holds it for one read or one write). Default 30 s.
 	LockTimeout time.Duration
+	// FS is the file system the store makes and syncs its folders through;
+	// nil means fsys.OS, the real one. bbolt opens checkpoint.db itself
+	// (sinks/local/fsys/doc.go).
+	FS fsys.FS
 }
 
 // Store is a checkpoint.Store in <destination>/_sluice/checkpoint.db. It is
@@ -60,12 +65,16 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = 30 * time.Second
 	}
+	disk := opts.FS
+	if disk == nil {
+		disk = fsys.OS{}
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: local: open %s: %w", dir, err)
 	}
 	state := filepath.Join(abs, stateDir)
-	created, err := mkdirAll(state)
+	created, err := fsys.MkdirAll(disk, state, 0o755)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: local: open %s: %w", dir, err)
 	}
@@ -76,8 +85,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	mu, _ := pathLocks.LoadOrStore(path, &sync.Mutex{})
 	s := &Store{path: path, timeout: opts.LockTimeout, mu: mu.(*sync.Mutex)}
 
-	_, statErr := os.Stat(path)
-	fresh := errors.Is(statErr, os.ErrNotExist)
+	_, statErr := disk.Stat(path)
+	fresh := errors.Is(statErr, fs.ErrNotExist)
 	err = s.with(context.Background(), true, func(tx *bbolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucket)
 		return err
@@ -93,48 +102,12 @@ func Open(dir string, opts Options) (*Store, error) {
 			dirs = append(dirs, filepath.Dir(d))
 		}
 		for _, d := range dirs {
-			if err := syncDir(d); err != nil {
-				return nil, fmt.Errorf("checkpoint: local: open %s: %w", path, err)
+			if err := disk.SyncDir(d); err != nil {
+				return nil, fmt.Errorf("checkpoint: local: open %s: sync folder %s: %w", path, d, err)
 			}
 		}
 	}
 	return s, nil
-}
-
-// mkdirAll makes dir and its missing parents and returns those it made,
-// outermost first.
-func mkdirAll(dir string) ([]string, error) {
-	var missing []string
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		missing = append([]string{d}, missing...)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	return missing, nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync folder %s: %w", dir, err)
-	}
-	return nil
 }
 
 // with opens the file, runs fn in one transaction (committed and fsynced

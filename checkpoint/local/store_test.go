@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/checkpoint/storetest"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // The test binary doubles as the other process of the multi-process tests:
@@ -336,5 +339,48 @@ func TestRecordRoundTrip(t *testing.T) {
 		if _, err := decodeRecord(bad); err == nil {
 			t.Fatalf("decodeRecord(%v) accepted", bad)
 		}
+	}
+}
+
+// TestNewFoldersSynced checks that a new store's folder, and each folder
+// made for it, is fsynced once the file exists, and that a failed fsync
+// fails Open.
+func TestNewFoldersSynced(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b")
+	var mu sync.Mutex
+	var synced []string
+	fail := false
+	disk := fsys.NewFaulty(fsys.OS{}, func(op fsys.Op, path string) error {
+		if op != fsys.OpSyncDir {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		synced = append(synced, path)
+		if fail {
+			return syscall.EIO
+		}
+		return nil
+	})
+	s := open(t, dir, Options{FS: disk})
+	state, err := filepath.EvalSymlinks(filepath.Join(dir, "_sluice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{state, root, filepath.Join(root, "a"), dir}; !slices.Equal(synced, want) {
+		t.Fatalf("synced %v, want %v", synced, want)
+	}
+	s.Close()
+	synced = nil
+	open(t, dir, Options{FS: disk}).Close()
+	if len(synced) != 0 {
+		t.Fatalf("reopening synced %v, want nothing", synced)
+	}
+
+	fail = true
+	other := filepath.Join(root, "c")
+	if _, err := Open(other, Options{FS: disk}); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "sync folder") {
+		t.Fatalf("Open with a failing fsync: %v, want the EIO of a folder's sync", err)
 	}
 }
