@@ -26,12 +26,6 @@ import (
 // sets it.
 const DefaultStateCacheBytes = 256 << 20
 
-// leaseTTL is how long a lease (of a CDC target, or of a files flow)
-// outlives its last renewal: three heartbeat TTLs (30 s by default), renewed
-// every third of it, so that a killed writer holds the table up about as
-// long as its heartbeat.
-func (r *runner) leaseTTL() time.Duration { return max(3*r.opts.HeartbeatTTL, 2*time.Second) }
-
 // cdcTarget is a CDC target shared by the flows that write it: their batches
 // apply one at a time, over one cache of committed key states, and load in
 // the order they applied (see cdcorder.go).
@@ -51,6 +45,9 @@ type cdcTarget struct {
 	// ahead holds a token per batch applied whose load has not ended: one
 	// loads while the next is applied, and no more wait in memory.
 	ahead chan struct{}
+	// expiry is the handler whose flow decides what the target's key
+	// states forget (expire.go); nil when no auto_cdc flow writes it.
+	expiry *cdcHandler
 }
 
 // maxBatchesAhead bounds a CDC target's batches applied and not loaded
@@ -108,10 +105,9 @@ func (s stateStore) Table(ctx context.Context) (cdc.TableState, error) {
 	return ts, nil
 }
 
-// cdcTargets prepares the CDC targets of the pipeline: it takes each one's
-// lease, waiting while another process holds it, and keeps renewing it
-// until the returned stop is called.
-func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(), error) {
+// cdcTargets prepares the CDC targets of the pipeline, each with its cache
+// of key states; runTarget takes their leases.
+func (r *runner) cdcTargets() (map[string]*cdcTarget, error) {
 	targets := map[string]*cdcTarget{}
 	for i := range r.p.Tables {
 		t := &r.p.Tables[i]
@@ -120,7 +116,7 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 		}
 		sr, ok := r.sink.(sinks.StateReader)
 		if !ok {
-			return nil, nil, fmt.Errorf("table %s: the destination does not support CDC targets", t.Name)
+			return nil, fmt.Errorf("table %s: the destination does not support CDC targets", t.Name)
 		}
 		cacheBytes := t.StateCache
 		if cacheBytes <= 0 {
@@ -129,74 +125,7 @@ func (r *runner) cdcTargets(ctx context.Context) (map[string]*cdcTarget, func(),
 		targets[t.Name] = &cdcTarget{name: t.Name, table: t, cache: cdc.NewCache(stateStore{sr: sr, table: t.Name}, cacheBytes),
 			ahead: make(chan struct{}, maxBatchesAhead)}
 	}
-	if len(targets) == 0 {
-		return targets, func() {}, nil
-	}
-	leaser, ok := r.sink.(sinks.Leaser)
-	if !ok {
-		return nil, nil, errors.New("the destination cannot lease CDC targets")
-	}
-	acquire := func(ctx context.Context, name string) error {
-		return r.retry(ctx, "lease "+name, func(ctx context.Context) error {
-			return leaser.AcquireLease(ctx, name, r.id, r.leaseTTL())
-		})
-	}
-	for name := range targets {
-		if err := r.waitLease(ctx, leaser, name, "waiting for another process to release the table"); err != nil {
-			return nil, nil, fmt.Errorf("table %s: %w", name, err)
-		}
-		r.log.Info("lease taken", "table", name)
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(r.leaseTTL() / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				for name := range targets {
-					if err := acquire(context.WithoutCancel(ctx), name); err != nil {
-						r.log.Warn("lease not renewed", "table", name, "err", err)
-					}
-				}
-			}
-		}
-	}()
-	stop := func() {
-		close(done)
-		wg.Wait()
-		for name := range targets {
-			if err := leaser.ReleaseLease(context.WithoutCancel(ctx), name, r.id); err != nil {
-				r.log.Warn("lease not released; it expires by itself", "table", name, "err", err)
-			}
-		}
-	}
-	return targets, stop, nil
-}
-
-// waitLease takes the lease of name for this process, waiting (and saying
-// so once) while another process holds it.
-func (r *runner) waitLease(ctx context.Context, leaser sinks.Leaser, name, waiting string) error {
-	for logged := false; ; {
-		err := r.retry(ctx, "lease "+name, func(ctx context.Context) error {
-			return leaser.AcquireLease(ctx, name, r.id, r.leaseTTL())
-		})
-		if err == nil || !errors.Is(err, sinks.ErrLeaseHeld) {
-			return err
-		}
-		if !logged {
-			r.log.Info(waiting, "lease", name)
-			logged = true
-		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return err
-		}
-	}
+	return targets, nil
 }
 
 // cdcHandler applies each batch of an auto_cdc flow through the engine.

@@ -144,10 +144,15 @@ func newOrderTarget(t *testing.T, scd int, reapplied *atomic.Int64) *orderTarget
 	if err := sink.Ensure(ctx, Tables(p)); err != nil {
 		t.Fatal(err)
 	}
-	targets, stop, err := r.cdcTargets(ctx)
+	targets, err := r.cdcTargets()
 	if err != nil {
 		t.Fatal(err)
 	}
+	held := map[string]*leaseKeeper{}
+	if err := r.holdAll(ctx, targets, held); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() { held["t"].release(ctx) }
 	t.Cleanup(stop)
 	h, err := r.newCDCHandler(&p.Flows[0], targets["t"])
 	if err != nil {
@@ -331,12 +336,11 @@ func TestStateCacheOption(t *testing.T) {
 		if err := ls.Ensure(context.Background(), Tables(p)); err != nil {
 			t.Fatal(err)
 		}
-		targets, stop, err := r.cdcTargets(context.Background())
+		targets, err := r.cdcTargets()
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := targets["t"].cache.Max()
-		stop()
 		ls.Close()
 		if got != tc.want {
 			t.Errorf("state_cache %q: cache of %d bytes, want %d", strings.TrimSpace(tc.line), got, tc.want)

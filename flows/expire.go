@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/sinks"
@@ -25,66 +22,54 @@ func (r *runner) expireEvery(h *cdcHandler) time.Duration {
 	return min(max(h.cfg.TombstoneRetention/4, time.Minute), 6*time.Hour)
 }
 
-// expireLoops forgets, in run mode, what CDC targets' key states remember
+// expireLoop forgets, in run mode, what a CDC target's key states remember
 // longer than tombstone_retention for keys that get no more events (a key
 // that gets an event forgets it then): tombstones of deleted keys, and the
 // members of coalesced SCD type 2 versions. Forgetting changes no row.
-// After each pass a target is compacted where its destination keeps
-// removal markers (compactTarget). It returns once the loops are started;
-// wait waits for them to end, after ctx is done.
-func (r *runner) expireLoops(ctx context.Context, targets map[string]*cdcTarget, handlers []batchHandler) (wait func()) {
-	var wg sync.WaitGroup
+// After each pass the target is compacted where its destination keeps
+// removal markers (compactTarget). It returns when ctx is done.
+func (r *runner) expireLoop(ctx context.Context, t *cdcTarget) {
 	lister, ok := r.sink.(sinks.StateLister)
-	if !ok || r.opts.Mode != ModeRun {
-		return wg.Wait
+	h := t.expiry
+	if !ok || h == nil {
+		return
 	}
-	for name, t := range targets {
-		h := expiryHandler(name, handlers)
-		if h == nil {
-			continue
+	every := r.expireEvery(h)
+	for sleep(ctx, every) == nil {
+		n, err := r.expireTarget(ctx, t, h, lister)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("state expiry stopped; it runs again later", "table", t.name, "err", err)
+		case n > 0:
+			r.log.Info("expired state forgotten", "table", t.name, "keys", n)
 		}
-		wg.Go(func() {
-			every := r.expireEvery(h)
-			for sleep(ctx, every) == nil {
-				n, err := r.expireTarget(ctx, t, h, lister)
-				switch {
-				case err != nil && ctx.Err() == nil:
-					r.log.Warn("state expiry stopped; it runs again later", "table", name, "err", err)
-				case n > 0:
-					r.log.Info("expired state forgotten", "table", name, "keys", n)
-				}
-				if err == nil {
-					if err := r.compactTarget(ctx, name); err != nil && ctx.Err() == nil {
-						r.log.Warn("compaction stopped; it runs again later", "table", name, "err", err)
-					}
-				}
+		if err == nil {
+			if err := r.compactTarget(ctx, t.name); err != nil && ctx.Err() == nil {
+				r.log.Warn("compaction stopped; it runs again later", "table", t.name, "err", err)
 			}
-		})
+		}
 	}
-	return wg.Wait
 }
 
-// expireOnce is `update --expire`: one pass of expiry over every CDC
-// target's key states, after the flows ended, and its compaction, as run's
-// loops make periodically.
-func (r *runner) expireOnce(ctx context.Context, targets map[string]*cdcTarget, handlers []batchHandler) error {
+// expireOnce is `update --expire` for one target: one pass of expiry over
+// its key states, after its flows ended, and its compaction, as run's loop
+// makes periodically.
+func (r *runner) expireOnce(ctx context.Context, t *cdcTarget) error {
 	lister, ok := r.sink.(sinks.StateLister)
 	if !ok {
 		return errors.New("--expire: the destination cannot list key states")
 	}
-	for _, name := range slices.Sorted(maps.Keys(targets)) {
-		h := expiryHandler(name, handlers)
-		if h == nil {
-			continue
-		}
-		n, err := r.expireTarget(ctx, targets[name], h, lister)
-		if err != nil {
-			return fmt.Errorf("expiry of %s: %w", name, err)
-		}
-		r.log.Info("expired state forgotten", "table", name, "keys", n)
-		if err := r.compactTarget(ctx, name); err != nil {
-			return fmt.Errorf("compaction of %s: %w", name, err)
-		}
+	h := t.expiry
+	if h == nil {
+		return nil
+	}
+	n, err := r.expireTarget(ctx, t, h, lister)
+	if err != nil {
+		return fmt.Errorf("expiry of %s: %w", t.name, err)
+	}
+	r.log.Info("expired state forgotten", "table", t.name, "keys", n)
+	if err := r.compactTarget(ctx, t.name); err != nil {
+		return fmt.Errorf("compaction of %s: %w", t.name, err)
 	}
 	return nil
 }
@@ -103,20 +88,6 @@ func (r *runner) compactTarget(ctx context.Context, name string) error {
 		r.log.Info("target compacted", "table", name, "markers_dropped", n)
 	}
 	return err
-}
-
-// expiryHandler returns the handler whose flow decides a target's expiry:
-// of the flows writing it, the one whose tombstone_retention is longest
-// (forgetting later than a flow asks is safe, earlier is not); nil when no
-// CDC flow of the run writes it.
-func expiryHandler(target string, handlers []batchHandler) *cdcHandler {
-	var h *cdcHandler
-	for _, bh := range handlers {
-		if ch, ok := bh.(*cdcHandler); ok && ch.flow.Target == target && (h == nil || ch.cfg.TombstoneRetention > h.cfg.TombstoneRetention) {
-			h = ch
-		}
-	}
-	return h
 }
 
 // expireTarget runs the engine's expiry over every key of the target's

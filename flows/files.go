@@ -71,19 +71,35 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 		return errors.New("the destination cannot lease file flows")
 	}
 	lease := "_sluice_files_" + f.Name
-	if err := r.waitLease(ctx, leaser, lease, "another process reads this flow's files; waiting"); err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while waiting
+	for {
+		k, err := r.holdLease(ctx, leaser, lease, "another process reads this flow's files; waiting")
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while waiting
+			}
+			return err
 		}
-		return err
+		lost, err := k.underLease(ctx, func(ctx context.Context) error { return r.filesPasses(ctx, f, h) })
+		k.release(ctx)
+		switch {
+		case !lost:
+			return err
+		case r.opts.Mode == ModeUpdate:
+			return errors.New("another process took this flow's files over while this update ran; run update again")
+		case ctx.Err() != nil:
+			return nil
+		}
+		r.log.Warn("lease of the flow's files lost: reading stopped; competing for it again", "flow", f.Name)
 	}
-	defer leaser.ReleaseLease(context.WithoutCancel(ctx), lease, r.id)
+}
 
-	renew := func() { _ = leaser.AcquireLease(ctx, lease, r.id, r.leaseTTL()) }
+// filesPasses reads the flow's files: once in update mode, and in run mode
+// again every Options.PollFiles until a once-flow is done or ctx ends.
+func (r *runner) filesPasses(ctx context.Context, f *spec.Flow, h batchHandler) error {
 	if f.Incremental != nil {
 		var sig string
 		for {
-			if err := r.incrementalPass(ctx, f, h, renew, &sig); err != nil || r.opts.Mode == ModeUpdate {
+			if err := r.incrementalPass(ctx, f, h, &sig); err != nil || r.opts.Mode == ModeUpdate {
 				return err
 			}
 			if err := sleep(ctx, r.opts.PollFiles); err != nil {
@@ -92,7 +108,7 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 		}
 	}
 	for {
-		done, err := r.filesPass(ctx, f, h, renew)
+		done, err := r.filesPass(ctx, f, h)
 		if err != nil || r.opts.Mode == ModeUpdate || done {
 			return err
 		}
@@ -104,7 +120,7 @@ func (r *runner) runFilesFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 
 // filesPass loads every file of the flow not yet read to its end. done is
 // true when a once-flow has nothing left to do, ever.
-func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, renew func()) (done bool, err error) {
+func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler) (done bool, err error) {
 	log := r.log.With("flow", f.Name)
 	src := f.Source.Files
 	files, err := backfill.Plan(r.p.Dir, src.Path)
@@ -163,7 +179,7 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler, re
 	stop := r.showProgress(progress, f)
 	defer stop()
 	fl := &fileLoader{f: f, h: h, rs: rs, start: make(map[string]int64, len(todo)), slot: func(name string) string { return name },
-		progress: progress, renew: renew}
+		progress: progress}
 	for _, file := range todo {
 		fl.start[file.Name] = pos[file.Name].RowGroup
 	}
@@ -198,8 +214,7 @@ type fileLoader struct {
 	// filter, when set, changes each chunk before it is prepared.
 	filter   func(*backfill.Chunk) error
 	progress *backfill.Progress
-	renew    func() // called after each committed chunk
-	rows     int64  // rows committed
+	rows     int64 // rows committed
 }
 
 // loadFiles loads files with fl.
@@ -232,7 +247,6 @@ func (r *runner) loadFiles(ctx context.Context, fl *fileLoader, files []backfill
 		fl.rows += p.rows
 		ls.from[ch.File] = ch.Next
 		ls.mu.Unlock()
-		fl.renew()
 		return nil
 	}
 	err := backfill.ReadFiles(ctx, files, backfill.ReadFilesOptions{

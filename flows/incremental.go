@@ -72,7 +72,6 @@ type incrementalRun struct {
 	next     backfill.CursorState // the cursor so far
 	pos      map[string]batch.Position
 	progress *backfill.Progress
-	renew    func()
 	rows     int64
 }
 
@@ -88,7 +87,7 @@ func (ir *incrementalRun) see(seen []backfill.Value) {
 // incrementalPass runs the flow once. sig, when not nil, is the signature
 // of the files and cursor of the last pass that completed; the pass is
 // skipped when they did not change, and sig is updated after a pass.
-func (r *runner) incrementalPass(ctx context.Context, f *spec.Flow, h batchHandler, renew func(), sig *string) error {
+func (r *runner) incrementalPass(ctx context.Context, f *spec.Flow, h batchHandler, sig *string) error {
 	log := r.log.With("flow", f.Name)
 	files, err := backfill.Plan(r.p.Dir, f.Source.Files.Path)
 	if err != nil {
@@ -138,7 +137,7 @@ func (r *runner) incrementalPass(ctx context.Context, f *spec.Flow, h batchHandl
 		return err
 	}
 	ir := &incrementalRun{r: r, f: f, h: h, rs: rs, inc: inc, w: w, run: stored.Runs, next: st,
-		pos: heads.Files(), renew: renew}
+		pos: heads.Files()}
 	log.Info("incremental run", "run", ir.run+1, "window", windowText(w), "files", len(files))
 	if replace {
 		err = ir.replacePartitions(ctx, files)
@@ -238,7 +237,7 @@ func (ir *incrementalRun) readWindow(ctx context.Context, files []backfill.File)
 		return err
 	}
 	fl := &fileLoader{f: ir.f, h: ir.h, rs: ir.rs, start: make(map[string]int64, len(todo)), slot: ir.posName,
-		filter: filter, progress: ir.progress, renew: ir.renew}
+		filter: filter, progress: ir.progress}
 	for _, file := range todo {
 		fl.start[file.Name] = ir.pos[ir.posName(file.Name)].RowGroup
 	}
@@ -399,7 +398,6 @@ func (ir *incrementalRun) replacePartitions(ctx context.Context, files []backfil
 			return err
 		}
 		todo = todo[n:]
-		ir.renew()
 	}
 	return nil
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/go-multierror"
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/consumer"
@@ -53,6 +53,12 @@ type Options struct {
 	// failing with retryable errors; default DefaultRetryFor. run retries
 	// without end.
 	RetryFor time.Duration
+
+	// LeaseTTL is how long the lease of a CDC target (or of a files flow's
+	// files) outlives its last renewal, renewed every third of it; default
+	// DefaultLeaseTTL. Another process takes a lease over about a TTL after
+	// its holder died or stopped renewing it.
+	LeaseTTL time.Duration
 
 	// HeartbeatEvery is how often the process renews its heartbeat in the
 	// destination (default DefaultHeartbeatEvery); a heartbeat expires
@@ -127,6 +133,9 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 	if opts.HeartbeatTTL <= 0 {
 		opts.HeartbeatTTL = DefaultHeartbeatTTL
 	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
 	if opts.PollFiles <= 0 {
 		opts.PollFiles = DefaultPollFiles
 	}
@@ -168,11 +177,10 @@ func (r *runner) execute(ctx context.Context) error {
 	if _, err := r.sink.Recover(ctx); err != nil {
 		return err
 	}
-	targets, stopLeases, err := r.cdcTargets(ctx)
+	targets, err := r.cdcTargets()
 	if err != nil {
 		return err
 	}
-	defer stopLeases()
 	store, err := OpenCheckpoints(ctx, r.p, r.sink, r.log)
 	if err != nil {
 		return fmt.Errorf("checkpoint store: %w", err)
@@ -182,9 +190,19 @@ func (r *runner) execute(ctx context.Context) error {
 		store = r.opts.Checkpoints(store)
 	}
 	r.checkpoints = newRetryingStore(store, r)
+	held := map[string]*leaseKeeper{}
+	defer func() {
+		for _, k := range held {
+			k.release(ctx)
+		}
+	}()
 	if r.opts.FullRefresh || len(r.opts.Refresh) > 0 {
 		if r.opts.Mode != ModeUpdate {
 			return errors.New("a refresh runs with update, not run")
+		}
+		// A refresh empties targets: it holds their leases first.
+		if err := r.holdAll(ctx, targets, held); err != nil {
+			return err
 		}
 		if err := r.refresh(ctx); err != nil {
 			return err
@@ -199,7 +217,15 @@ func (r *runner) execute(ctx context.Context) error {
 			continue // built per snapshot version
 		}
 		if t := targets[f.Target]; t != nil {
-			handlers[i], err = r.newCDCHandler(f, t)
+			var h *cdcHandler
+			h, err = r.newCDCHandler(f, t)
+			if h != nil && (t.expiry == nil || h.cfg.TombstoneRetention > t.expiry.cfg.TombstoneRetention) {
+				// Of the flows writing a target, the one whose tombstone_retention is
+				// longest decides its expiry: forgetting later than a flow asks is
+				// safe, earlier is not.
+				t.expiry = h
+			}
+			handlers[i] = h
 		} else {
 			handlers[i], err = r.newAppendHandler(f)
 		}
@@ -208,47 +234,47 @@ func (r *runner) execute(ctx context.Context) error {
 		}
 	}
 
-	flowCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	waitExpire := r.expireLoops(flowCtx, targets, handlers)
-	var (
-		mu   sync.Mutex
-		errs *multierror.Error
-		wg   sync.WaitGroup
-	)
-	for i := range r.p.Flows {
+	// runFlow runs flow i; a flow's error names it.
+	runFlow := func(ctx context.Context, i int) error {
 		f, h := &r.p.Flows[i], handlers[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run := r.runKafkaFlow
-			switch {
-			case f.Kind == spec.KindAutoCDCFromSnapshot:
-				run = func(ctx context.Context, f *spec.Flow, _ batchHandler) error {
-					return r.runSnapshotFlow(ctx, f, targets[f.Target])
-				}
-			case f.Source.Files != nil:
-				run = r.runFilesFlow
-			}
-			if err := run(flowCtx, f, h); err != nil && !r.stopped(flowCtx, err) {
-				mu.Lock()
-				errs = multierror.Append(errs, fmt.Errorf("flow %s: %w", f.Name, err))
-				mu.Unlock()
-				if r.opts.Mode == ModeRun {
-					cancel() // a continuous run stops as a whole so that its supervisor sees it
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	cancel()
-	waitExpire()
-	if errs == nil && r.opts.Expire && r.opts.Mode == ModeUpdate {
-		if err := r.expireOnce(ctx, targets, handlers); err != nil {
-			return err
+		var err error
+		switch {
+		case f.Kind == spec.KindAutoCDCFromSnapshot:
+			err = r.runSnapshotFlow(ctx, f, targets[f.Target])
+		case f.Source.Files != nil:
+			err = r.runFilesFlow(ctx, f, h)
+		default:
+			err = r.runKafkaFlow(ctx, f, h)
 		}
+		if err == nil || r.stopped(ctx, err) {
+			return nil
+		}
+		return fmt.Errorf("flow %s: %w", f.Name, err)
 	}
-	return errs.ErrorOrNil()
+	// A CDC target's flows run under its lease, with its expiry; every
+	// other flow runs on its own.
+	var groups []func(ctx context.Context) error
+	byTarget := map[string][]int{}
+	for i := range r.p.Flows {
+		if t := targets[r.p.Flows[i].Target]; t != nil {
+			byTarget[t.name] = append(byTarget[t.name], i)
+			continue
+		}
+		groups = append(groups, func(ctx context.Context) error { return runFlow(ctx, i) })
+	}
+	for _, name := range slices.Sorted(maps.Keys(byTarget)) {
+		t, flows := targets[name], byTarget[name]
+		k := held[name]
+		delete(held, name)
+		groups = append(groups, func(ctx context.Context) error {
+			return r.runTarget(ctx, t, k, flows, runFlow)
+		})
+	}
+	all := make([]int, len(groups))
+	for i := range all {
+		all[i] = i
+	}
+	return r.runParallel(ctx, all, func(ctx context.Context, i int) error { return groups[i](ctx) })
 }
 
 // stopped reports whether err is only how a continuous run's flow noticed

@@ -20,8 +20,17 @@ const (
 	KindSCD2
 )
 
-// ErrLeaseHeld is returned when another process holds a CDC target's lease.
-var ErrLeaseHeld = errors.New("another process holds the lease of this table")
+// Errors of leases; match them with errors.Is.
+var (
+	// ErrLeaseHeld is returned when another process holds a CDC target's
+	// lease.
+	ErrLeaseHeld = errors.New("another process holds the lease of this table")
+	// ErrLeaseLost refuses a commit, or a renewal, of a writer whose lease
+	// another holder took over since (the lease's generation moved on):
+	// what it staged is discarded. It is not retryable; the writer competes
+	// for the lease again.
+	ErrLeaseLost = errors.New("the lease of this table was taken over by another holder")
+)
 
 // CDCLoad is a load that can also change rows of CDC targets. A sink that
 // holds CDC targets returns loads implementing it from Begin. Within one load
@@ -76,11 +85,18 @@ type KeyStateProber interface {
 	HasKeyStates(ctx context.Context, table string) (bool, error)
 }
 
-// Leaser keeps CDC targets to one writer at a time: a lease row in the
-// destination, renewed while the writer runs.
+// Leaser keeps CDC targets to one writer at a time: a lease in the
+// destination, renewed while the writer runs, and fenced by a generation
+// that moves on whenever another holder takes it over: a commit of a CDC
+// target by a Sink that took its lease is refused with ErrLeaseLost once
+// the generation it took moved on, whether or not the lease expired by a
+// clock.
 type Leaser interface {
 	// AcquireLease takes or renews the lease of table for holder until ttl
-	// from now; ErrLeaseHeld when another holder's lease has not expired.
+	// from now. ErrLeaseHeld when another holder has it and is alive (its
+	// lease not expired); ErrLeaseLost when this Sink held it for holder
+	// and another holder took it over since (the next call competes
+	// afresh).
 	AcquireLease(ctx context.Context, table, holder string, ttl time.Duration) error
 	// ReleaseLease gives the lease up if holder has it.
 	ReleaseLease(ctx context.Context, table, holder string) error

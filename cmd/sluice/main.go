@@ -95,6 +95,7 @@ type globals struct {
 	// killed run's heartbeat expire sooner.
 	heartbeatEvery time.Duration
 	heartbeatTTL   time.Duration
+	leaseTTL       time.Duration
 
 	// cpuProfile, when set, names a file that gets the command's CPU
 	// profile (hidden: for performance reports).
@@ -125,6 +126,8 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	root.PersistentFlags().DurationVar(&g.heartbeatTTL, "heartbeat-ttl", flows.DefaultHeartbeatTTL, "how long a heartbeat outlives its last renewal")
 	_ = root.PersistentFlags().MarkHidden("heartbeat-every")
 	_ = root.PersistentFlags().MarkHidden("heartbeat-ttl")
+	root.PersistentFlags().DurationVar(&g.leaseTTL, "lease-ttl", flows.DefaultLeaseTTL, "how long the lease of a CDC target outlives its last renewal")
+	_ = root.PersistentFlags().MarkHidden("lease-ttl")
 	root.PersistentFlags().StringVar(&g.cpuProfile, "cpu-profile", "", "write the command's CPU profile (pprof) to this file")
 	_ = root.PersistentFlags().MarkHidden("cpu-profile")
 	root.PersistentFlags().StringVar(&g.memProfile, "mem-profile", "", "write the command's heap profile (pprof: allocations over the whole command, and what is in use at its end) to this file")

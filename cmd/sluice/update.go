@@ -66,7 +66,7 @@ func (g *globals) execute(ctx context.Context, opts flows.Options) error {
 	}
 	defer sink.Close()
 	opts.Logger = log
-	opts.HeartbeatEvery, opts.HeartbeatTTL = g.heartbeatEvery, g.heartbeatTTL
+	opts.HeartbeatEvery, opts.HeartbeatTTL, opts.LeaseTTL = g.heartbeatEvery, g.heartbeatTTL, g.leaseTTL
 	err = flows.Execute(ctx, p, sink, opts)
 	if opts.Mode == flows.ModeRun && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
