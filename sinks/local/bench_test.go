@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // batchBytes is the size of a batch's values in memory, for b.SetBytes.
@@ -75,7 +76,7 @@ func BenchmarkWriteFile(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		fw, err := createFile(filepath.Join(dir, fmt.Sprintf("f%d.parquet", i)), ordersSchema, "0123456789abcdef0123456789abcdef", loadCodec)
+		fw, err := createFile(fsys.OS{}, filepath.Join(dir, fmt.Sprintf("f%d.parquet", i)), ordersSchema, "0123456789abcdef0123456789abcdef", loadCodec)
 		if err != nil {
 			b.Fatal(err)
 		}

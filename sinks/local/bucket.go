@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"maps"
 	"math/bits"
-	"os"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // Bucket sizing of CDC targets.
@@ -94,7 +94,7 @@ type cdcChanges struct {
 func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry, staged *batch.Batch) (*cdcChanges, error) {
 	var rmKeys, rmSeqs []string
 	if ce.Removes > 0 {
-		p, err := readPairs(s.lay.stagedRemoves(loadID, table))
+		p, err := readPairs(s.disk, s.lay.stagedRemoves(loadID, table))
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +108,7 @@ func (s *Sink) readChanges(loadID, table string, def tableDef, ce *cdcEntry, sta
 	if b == nil {
 		b, from = batch.New(upsertSchema(def.Schema), int(ce.Upserts)), s.lay.stagedUpserts(loadID, table)
 		if ce.Upserts > 0 {
-			if err := readFile(from, b, nil); err != nil {
+			if err := readFile(s.disk, from, b, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -315,11 +315,11 @@ func rewriteWorkers() int { return max(1, min(runtime.GOMAXPROCS(0), 4)) }
 // table outgrows its buckets, into the folder out. The plan is written to
 // out/plan.json, and everything is synced.
 func (s *Sink) buildPlan(ctx context.Context, table string, def tableDef, cur manifest, ch *cdcChanges, out string) (*cdcPlan, error) {
-	if err := os.RemoveAll(out); err != nil {
+	if err := s.disk.RemoveAll(out); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{filepath.Join(out, "data"), filepath.Join(out, "ids")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := s.disk.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
 	}
@@ -351,10 +351,10 @@ func (s *Sink) buildPlan(ctx context.Context, table string, def tableDef, cur ma
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileSync(filepath.Join(out, planFile), data); err != nil {
+	if err := writeFileSync(s.disk, filepath.Join(out, planFile), data); err != nil {
 		return nil, err
 	}
-	if err := syncDir(out); err != nil {
+	if err := s.disk.SyncDir(out); err != nil {
 		return nil, err
 	}
 	return &p.plan, nil
@@ -529,7 +529,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 	// scan reads a file's identities and picks the rows that stay; with
 	// cur set, it notes the greatest sequence of cur's keys.
 	scan := func(f fileEntry, cur map[string]seqAt) (kept, error) {
-		ids, err := readPairs(filepath.Join(p.s.lay.idsDir(p.table, p.cur.Version), f.Name+idsSuffix))
+		ids, err := readPairs(p.s.disk, filepath.Join(p.s.lay.idsDir(p.table, p.cur.Version), f.Name+idsSuffix))
 		if err != nil {
 			return kept{}, err
 		}
@@ -651,7 +651,7 @@ func (p *planner) rewrite(k outKey, files []fileEntry, mine []outKey, targets ma
 			continue
 		}
 		b := batch.New(p.def.Schema, int(x.f.Rows))
-		if err := readFile(filepath.Join(p.s.lay.versionDir(p.table, p.cur.Version), x.f.Name), b, nil); err != nil {
+		if err := readFile(p.s.disk, filepath.Join(p.s.lay.versionDir(p.table, p.cur.Version), x.f.Name), b, nil); err != nil {
 			return fail(err)
 		}
 		if int64(b.Len()) != x.f.Rows {
@@ -768,7 +768,7 @@ func (p *planner) create(t outKey) (*bucketOut, error) {
 		p.mu.Lock()
 		if !p.dirs[t.dir] {
 			for _, sub := range []string{"data", "ids"} {
-				if err := os.MkdirAll(filepath.Join(p.out, sub, filepath.FromSlash(t.dir)), 0o755); err != nil {
+				if err := p.s.disk.MkdirAll(filepath.Join(p.out, sub, filepath.FromSlash(t.dir)), 0o755); err != nil {
 					p.mu.Unlock()
 					return nil, err
 				}
@@ -779,11 +779,11 @@ func (p *planner) create(t outKey) (*bucketOut, error) {
 		}
 		p.mu.Unlock()
 	}
-	fw, err := createPlainFile(filepath.Join(p.out, "data", filepath.FromSlash(name)), p.def.Schema, loadCodec)
+	fw, err := createPlainFile(p.s.disk, filepath.Join(p.out, "data", filepath.FromSlash(name)), p.def.Schema, loadCodec)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := createPairs(filepath.Join(p.out, "ids", filepath.FromSlash(name)+idsSuffix))
+	ids, err := createPairs(p.s.disk, filepath.Join(p.out, "ids", filepath.FromSlash(name)+idsSuffix))
 	if err != nil {
 		fw.discard()
 		return nil, err
@@ -982,8 +982,8 @@ func (p *planner) finish(o *bucketOut, part *planPart) error {
 		return fmt.Errorf("%s: %d identities for %d rows", o.entry.Name, n, o.entry.Rows)
 	}
 	if o.entry.Rows == 0 {
-		os.Remove(filepath.Join(p.out, "data", filepath.FromSlash(o.entry.Name)))
-		os.Remove(filepath.Join(p.out, "ids", filepath.FromSlash(o.entry.Name)+idsSuffix))
+		p.s.disk.Remove(filepath.Join(p.out, "data", filepath.FromSlash(o.entry.Name)))
+		p.s.disk.Remove(filepath.Join(p.out, "ids", filepath.FromSlash(o.entry.Name)+idsSuffix))
 		return nil
 	}
 	o.entry.Bytes = size
@@ -1000,7 +1000,7 @@ func (p *planner) sync() error {
 	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	for _, sub := range []string{"data", "ids"} {
 		for _, d := range append(dirs, ".") {
-			if err := syncDir(filepath.Join(p.out, sub, filepath.FromSlash(d))); err != nil {
+			if err := p.s.disk.SyncDir(filepath.Join(p.out, sub, filepath.FromSlash(d))); err != nil {
 				return err
 			}
 		}
@@ -1017,8 +1017,8 @@ func dirOf(name string) string {
 }
 
 // readPlan reads a prepared plan; nil when it does not exist.
-func readPlan(dir string) (*cdcPlan, error) {
-	data, err := os.ReadFile(filepath.Join(dir, planFile))
+func readPlan(disk fsys.FS, dir string) (*cdcPlan, error) {
+	data, err := disk.ReadFile(filepath.Join(dir, planFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -1055,7 +1055,7 @@ func (s *Sink) applyPlan(table string, cur manifest, plan *cdcPlan, dir string, 
 		srcs[f.Name] = filepath.Join(dir, "data", filepath.FromSlash(f.Name))
 		srcs[f.Name+idsSuffix] = filepath.Join(dir, "ids", filepath.FromSlash(f.Name)+idsSuffix)
 	}
-	if err := s.installVersion(table, m, srcs, "publish"); err != nil {
+	if err := s.installVersion(table, m, srcs); err != nil {
 		return manifest{}, err
 	}
 	return m, nil

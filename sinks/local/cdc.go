@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
@@ -116,7 +115,7 @@ func (l *load) Upsert(ctx context.Context, table string, rows *batch.Batch, keys
 		return err
 	}
 	if st.up == nil {
-		if st.up, err = createPlainFile(l.s.lay.stagedUpserts(l.meta.LoadID, table), st.ext, loadCodec); err != nil {
+		if st.up, err = createPlainFile(l.s.disk, l.s.lay.stagedUpserts(l.meta.LoadID, table), st.ext, loadCodec); err != nil {
 			l.err = fmt.Errorf("local: upsert into %s: %w", table, err)
 			return l.err
 		}
@@ -165,7 +164,7 @@ func (l *load) Remove(ctx context.Context, table string, rows *batch.Batch, keys
 		return nil
 	}
 	if st.rm == nil {
-		if st.rm, err = createPairs(l.s.lay.stagedRemoves(l.meta.LoadID, table)); err != nil {
+		if st.rm, err = createPairs(l.s.disk, l.s.lay.stagedRemoves(l.meta.LoadID, table)); err != nil {
 			l.err = fmt.Errorf("local: remove from %s: %w", table, err)
 			return l.err
 		}
@@ -210,7 +209,7 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 		return nil
 	}
 	if st.st == nil {
-		if st.st, err = createPairs(l.s.lay.stagedStates(l.meta.LoadID, table)); err != nil {
+		if st.st, err = createPairs(l.s.disk, l.s.lay.stagedStates(l.meta.LoadID, table)); err != nil {
 			l.err = fmt.Errorf("local: put state of %s: %w", table, err)
 			return l.err
 		}
@@ -306,7 +305,7 @@ func (l *load) prepare(ctx context.Context, ces []cdcEntry) error {
 		ce.Prepared = cur.Version
 	}
 	if len(ces) > 0 {
-		if err := syncDir(l.dir); err != nil {
+		if err := l.s.disk.SyncDir(l.dir); err != nil {
 			return err
 		}
 	}
@@ -362,13 +361,13 @@ func (s *Sink) publishCDC(ctx context.Context, table string, loads []*entry, asy
 			dir := s.lay.stagedPlan(e.LoadID, table, "prep")
 			var plan *cdcPlan
 			if ce.Prepared == cur.Version {
-				if plan, err = readPlan(dir); err != nil {
+				if plan, err = readPlan(s.disk, dir); err != nil {
 					s.log.Warn("prepared files unreadable; building them again", "table", table, "load_id", e.LoadID, "err", err)
 					plan = nil
 				}
 			}
 			if plan == nil {
-				if _, err := os.Stat(s.lay.stagingDir(e.LoadID)); err != nil {
+				if _, err := s.disk.Stat(s.lay.stagingDir(e.LoadID)); err != nil {
 					return fmt.Errorf("committed load %s (seq %d): its staging folder is gone: %w", e.LoadID, e.Seq, err)
 				}
 				ch, err := s.readChanges(e.LoadID, table, def, ce, nil)

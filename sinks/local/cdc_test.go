@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 var custSchema = batch.Schema{Columns: []batch.Column{
@@ -284,12 +285,12 @@ func checkSidecars(t *testing.T, s *Sink, table string) {
 		t.Fatal(err)
 	}
 	for _, f := range m.Files {
-		ids, err := readPairs(filepath.Join(s.lay.idsDir(table, m.Version), f.Name+idsSuffix))
+		ids, err := readPairs(s.disk, filepath.Join(s.lay.idsDir(table, m.Version), f.Name+idsSuffix))
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := batch.New(def.Schema, 0)
-		if err := readFile(filepath.Join(s.lay.versionDir(table, m.Version), f.Name), b, nil); err != nil {
+		if err := readFile(s.disk, filepath.Join(s.lay.versionDir(table, m.Version), f.Name), b, nil); err != nil {
 			t.Fatal(err)
 		}
 		if b.Len() != ids.len() || int64(b.Len()) != f.Rows {
@@ -498,21 +499,22 @@ func TestCDCReaders(t *testing.T) {
 func TestCDCCrash(t *testing.T) {
 	tests := []struct {
 		name      string
-		point     string
+		at        moment
+		between   bool // at the first end of a transaction of the states instead
 		committed bool
 		recover   bool // call Recover; else rely on GetState and the next commit
 	}{
-		{"after staging", "staged", false, true},
-		{"in the ledger append", "ledger-torn", false, true},
-		{"after the ledger append", "committed", true, true},
-		{"after the ledger append, no Recover", "committed", true, false},
-		{"after the version folder, before its swap", "publish", true, true},
-		{"after the swap", "publish+swapped", true, true},
-		{"after the swap, no Recover", "publish+swapped", true, false},
-		{"before the states", "publish-states", true, true},
-		{"after the states", "publish-states+applied", true, true},
-		{"between the states' transactions", "publish-states-part", true, true},
-		{"between the states' transactions, no Recover", "publish-states-part", true, false},
+		{"after staging", afterStaging, false, false, true},
+		{"in the ledger append", inLedgerAppend, false, false, true},
+		{"after the ledger append", afterLedgerAppend, false, true, true},
+		{"after the ledger append, no Recover", afterLedgerAppend, false, true, false},
+		{"after the version folder, before its swap", beforeSwap, false, true, true},
+		{"after the swap", afterSwap, false, true, true},
+		{"after the swap, no Recover", afterSwap, false, true, false},
+		{"before the states", beforeStates, false, true, true},
+		{"after the states", afterStates, false, true, true},
+		{"between the states' transactions", moment{}, true, true, true},
+		{"between the states' transactions, no Recover", moment{}, true, true, false},
 	}
 	// Chunks of one state each, a transaction for each: the crashing load's
 	// states take two transactions.
@@ -547,10 +549,13 @@ func TestCDCCrash(t *testing.T) {
 				truncate: 1,
 				states:   []sinks.StateEntry{{Key: ck(1), Value: []byte("one@3")}, {Key: ck(2), Value: nil}, {Key: ck(500), Value: []byte("500")}},
 			}
-			s1.setCrash(crashAfter(tc.point, 1))
-			if err := commitCDC(ctx, s1, custTable.Name, crashing); !errors.Is(err, errCrash) {
-				t.Fatalf("commit: %v, want the simulated crash", err)
+			cr := crash(t, s1, tc.at, 1)
+			if tc.between {
+				// No file operation marks the moment: bbolt writes state.db.
+				s1.betweenStates = func() error { cr.die(); return errCrash }
 			}
+			expectCrash(t, cr, "commit", commitCDC(ctx, s1, custTable.Name, crashing))
+			s1.kill()
 			if tc.committed {
 				model(want, crashing, seqs)
 				wantState = map[string]string{ck(1): "one@3", ck(500): "500", "": "t1"}
@@ -630,15 +635,10 @@ func TestCDCPreparedOnStaleVersion(t *testing.T) {
 	l2 := begin(cdcChange{up: []cust{{2, "b2", "", 2}}})
 	// l2 prepares its files against version 1; before it takes the lock,
 	// l1 commits and publishes version 2.
-	done := false
-	s.setCrash(func(point string) bool {
-		if point == "staged" && !done {
-			done = true
-			if err := l1.Commit(ctx, sinks.Commit{}); err != nil {
-				t.Errorf("commit of l1: %v", err)
-			}
+	when(t, s, afterStaging, 1, func() {
+		if err := l1.Commit(ctx, sinks.Commit{}); err != nil {
+			t.Errorf("commit of l1: %v", err)
 		}
-		return false
 	})
 	if err := l2.Commit(ctx, sinks.Commit{}); err != nil {
 		t.Fatal(err)
@@ -774,7 +774,7 @@ func TestCDCCompactionAndGC(t *testing.T) {
 
 func TestPairs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p")
-	pw, err := createPairs(path)
+	pw, err := createPairs(fsys.OS{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -785,7 +785,7 @@ func TestPairs(t *testing.T) {
 	if n, err := pw.close(); err != nil || n != 4 {
 		t.Fatalf("close: %d, %v", n, err)
 	}
-	p, err := readPairs(path)
+	p, err := readPairs(fsys.OS{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}

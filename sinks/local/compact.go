@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // compactLoop compacts every table each CompactInterval until ctx ends.
@@ -79,25 +80,22 @@ func (s *Sink) Compact(ctx context.Context, table string) error {
 	// Recover leaves it alone while this runs.
 	name := "compact-" + table + "-" + randomSuffix()
 	tmp := filepath.Join(s.lay.tmp(), name)
-	if err := os.Mkdir(tmp, 0o755); err != nil {
+	if err := s.disk.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("local: compact %s: %w", table, err)
 	}
 	lk := flock.New(filepath.Join(tmp, ".lock"))
 	if ok, err := lk.TryLock(); err != nil || !ok {
-		os.RemoveAll(tmp)
+		s.disk.RemoveAll(tmp)
 		return fmt.Errorf("local: compact %s: lock: %v", table, err)
 	}
 	dir := filepath.Join(s.lay.staging(), name)
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := s.disk.Rename(tmp, dir); err != nil {
 		lk.Close()
-		os.RemoveAll(tmp)
+		s.disk.RemoveAll(tmp)
 		return fmt.Errorf("local: compact %s: %w", table, err)
 	}
-	crashed := false
 	defer func() {
-		if !crashed {
-			os.RemoveAll(dir)
-		}
+		s.disk.RemoveAll(dir)
 		lk.Unlock()
 		lk.Close()
 	}()
@@ -106,7 +104,7 @@ func (s *Sink) Compact(ctx context.Context, table string) error {
 	src := s.lay.versionDir(table, m.Version)
 	for g, group := range groups {
 		for i, f := range group {
-			err := os.Link(filepath.Join(src, f.Name), filepath.Join(dir, fmt.Sprintf("in-%d-%d.parquet", g, i)))
+			err := s.disk.Link(filepath.Join(src, f.Name), filepath.Join(dir, fmt.Sprintf("in-%d-%d.parquet", g, i)))
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // the version was superseded and removed: try again later
 			}
@@ -119,16 +117,12 @@ func (s *Sink) Compact(ctx context.Context, table string) error {
 	merged := make([]string, len(groups))
 	for g, group := range groups {
 		merged[g] = filepath.Join(dir, fmt.Sprintf("merged-%d.parquet", g))
-		if outs[g], err = mergeFiles(ctx, def, dir, g, group, merged[g]); err != nil {
+		if outs[g], err = mergeFiles(ctx, s.disk, def, dir, g, group, merged[g]); err != nil {
 			return fmt.Errorf("local: compact %s: %w", table, err)
 		}
 	}
-	if err := syncDir(dir); err != nil {
+	if err := s.disk.SyncDir(dir); err != nil {
 		return fmt.Errorf("local: compact %s: %w", table, err)
-	}
-	if err := s.crashAt("merged"); err != nil {
-		crashed = true
-		return err
 	}
 
 	unlock, err := s.lock(ctx)
@@ -162,11 +156,7 @@ func (s *Sink) Compact(ctx context.Context, table string) error {
 		named[outs[g].Name] = merged[g]
 		rows += outs[g].Rows
 	}
-	_, err = s.nextVersion(table, cur, drop, outs, named, cur.Through, "compact")
-	if errors.Is(err, errCrash) {
-		crashed = true
-		return err
-	}
+	_, err = s.nextVersion(table, cur, drop, outs, named, cur.Through)
 	if err != nil {
 		return fmt.Errorf("local: compact %s: %w", table, err)
 	}
@@ -176,8 +166,8 @@ func (s *Sink) Compact(ctx context.Context, table string) error {
 
 // mergeFiles writes the rows of group (linked into dir as in-<g>-<i>) to
 // one file and returns its entry, without a name.
-func mergeFiles(ctx context.Context, def tableDef, dir string, g int, group []fileEntry, merged string) (fileEntry, error) {
-	fw, err := createFile(merged, def.Schema, "", compactCodec)
+func mergeFiles(ctx context.Context, disk fsys.FS, def tableDef, dir string, g int, group []fileEntry, merged string) (fileEntry, error) {
+	fw, err := createFile(disk, merged, def.Schema, "", compactCodec)
 	if err != nil {
 		return fileEntry{}, err
 	}
@@ -188,7 +178,7 @@ func mergeFiles(ctx context.Context, def tableDef, dir string, g int, group []fi
 			fw.discard()
 			return fileEntry{}, err
 		}
-		n, err := copyFile(fw, filepath.Join(dir, fmt.Sprintf("in-%d-%d.parquet", g, i)))
+		n, err := copyFile(disk, fw, filepath.Join(dir, fmt.Sprintf("in-%d-%d.parquet", g, i)))
 		if err != nil {
 			fw.discard()
 			return fileEntry{}, fmt.Errorf("%s: %w", f.Name, err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -105,7 +104,7 @@ func decodeSchema(data []byte) (tableDef, error) {
 // readTable reads a table's stored definition (fs.ErrNotExist when the
 // table does not exist) and caches it.
 func (s *Sink) readTable(table string) (tableDef, error) {
-	data, err := os.ReadFile(s.lay.schemaFile(table))
+	data, err := s.disk.ReadFile(s.lay.schemaFile(table))
 	if err != nil {
 		return tableDef{}, err
 	}
@@ -256,7 +255,7 @@ func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 	exists := make([]bool, len(all))
 	added := make([][]string, len(all))
 	for i, t := range all {
-		if st, err := os.Lstat(s.lay.link(t.Name)); err == nil && st.Mode()&fs.ModeSymlink == 0 {
+		if st, err := s.disk.Lstat(s.lay.link(t.Name)); err == nil && st.Mode()&fs.ModeSymlink == 0 {
 			errs = multierror.Append(errs, fmt.Errorf("table %s: %s exists and is not a table folder of sluice (a symlink)",
 				t.Name, s.lay.link(t.Name)))
 			continue
@@ -300,18 +299,18 @@ func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 func (s *Sink) ensureTable(t sinks.Table, exists bool, added []string) error {
 	switch {
 	case !exists:
-		if err := os.MkdirAll(s.lay.tableDir(t.Name), 0o755); err != nil {
+		if err := s.disk.MkdirAll(s.lay.tableDir(t.Name), 0o755); err != nil {
 			return err
 		}
-		if err := syncDir(s.lay.tables()); err != nil {
+		if err := s.disk.SyncDir(s.lay.tables()); err != nil {
 			return err
 		}
-		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
+		if err := writeAtomic(s.disk, s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
 			return err
 		}
 		s.log.Info("table created", "table", t.Name, "columns", len(t.Schema.Columns), "kind", kindName(t.Kind))
 	case len(added) > 0:
-		if err := writeAtomic(s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
+		if err := writeAtomic(s.disk, s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
 			return err
 		}
 		s.log.Info("schema changed", "table", t.Name, "added", added)
@@ -327,7 +326,7 @@ func (s *Sink) ensureTable(t sinks.Table, exists bool, added []string) error {
 
 	// The table's folder: a symlink to its current version; a new table gets
 	// an empty version 0 (a CDC target's with one bucket).
-	st, err := os.Lstat(s.lay.link(t.Name))
+	st, err := s.disk.Lstat(s.lay.link(t.Name))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		empty := manifest{Version: 0, Created: time.Now().UTC()}

@@ -1,8 +1,9 @@
 package local
 
 import (
-	"os"
 	"sync"
+
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // fileSyncer syncs and closes files in the background, several at once: a
@@ -24,11 +25,11 @@ func newFileSyncer() *fileSyncer { return &fileSyncer{sem: make(chan struct{}, s
 
 // add syncs and closes f in the background; f is the syncer's from now.
 // It waits while syncsAtOnce files are syncing.
-func (s *fileSyncer) add(f *os.File) {
+func (s *fileSyncer) add(f fsys.File) {
 	s.sem <- struct{}{}
 	s.wg.Go(func() {
 		defer func() { <-s.sem }()
-		if err := syncAndClose(f); err != nil {
+		if err := fsys.SyncAndClose(f); err != nil {
 			s.mu.Lock()
 			if s.err == nil {
 				s.err = err
@@ -40,12 +41,12 @@ func (s *fileSyncer) add(f *os.File) {
 
 // syncClose syncs and closes a finished file: through s in the background,
 // or, with a nil s, before it returns (with the error).
-func (s *fileSyncer) syncClose(f *os.File) error {
+func (s *fileSyncer) syncClose(f fsys.File) error {
 	if s != nil {
 		s.add(f)
 		return nil
 	}
-	return syncAndClose(f)
+	return fsys.SyncAndClose(f)
 }
 
 // wait returns once every file added is synced and closed, with the first

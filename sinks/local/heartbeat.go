@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,7 +29,7 @@ func (s *Sink) Beat(ctx context.Context, hb sinks.Heartbeat) error {
 		return errors.New("local: beat: heartbeat needs a pipeline and an id")
 	}
 	dir := s.lay.heartbeatDir(hb.Pipeline)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := s.disk.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("local: beat: %w", err)
 	}
 	data, err := json.Marshal(hb)
@@ -39,12 +38,12 @@ func (s *Sink) Beat(ctx context.Context, hb sinks.Heartbeat) error {
 	}
 	path := filepath.Join(dir, fsName(hb.ID)+".json")
 	tmp := filepath.Join(dir, ".tmp-"+randomSuffix())
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		os.Remove(tmp)
+	if err := s.disk.WriteFile(tmp, data, 0o644); err != nil {
+		s.disk.Remove(tmp)
 		return fmt.Errorf("local: beat: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := s.disk.Rename(tmp, path); err != nil {
+		s.disk.Remove(tmp)
 		return fmt.Errorf("local: beat: %w", err)
 	}
 	return nil
@@ -57,7 +56,7 @@ func (s *Sink) Heartbeats(ctx context.Context, pipeline string, now time.Time) (
 		return nil, errClosed
 	}
 	dir := s.lay.heartbeatDir(pipeline)
-	ents, err := os.ReadDir(dir)
+	ents, err := s.disk.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -70,7 +69,7 @@ func (s *Sink) Heartbeats(ctx context.Context, pipeline string, now time.Time) (
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		data, err := os.ReadFile(path)
+		data, err := s.disk.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // ended meanwhile
 		}
@@ -84,7 +83,7 @@ func (s *Sink) Heartbeats(ctx context.Context, pipeline string, now time.Time) (
 		if hb.Expires.After(now) {
 			out = append(out, hb)
 		} else if now.Sub(hb.Expires) > heartbeatGrace {
-			os.Remove(path)
+			s.disk.Remove(path)
 		}
 	}
 	slices.SortFunc(out, func(a, b sinks.Heartbeat) int { return strings.Compare(a.ID, b.ID) })
@@ -96,7 +95,7 @@ func (s *Sink) EndBeat(ctx context.Context, pipeline, id string) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	err := os.Remove(filepath.Join(s.lay.heartbeatDir(pipeline), fsName(id)+".json"))
+	err := s.disk.Remove(filepath.Join(s.lay.heartbeatDir(pipeline), fsName(id)+".json"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("local: end beat: %w", err)
 	}

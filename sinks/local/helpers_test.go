@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // openParquet opens the Parquet file at path with parquet-go, for the
@@ -41,8 +42,14 @@ func testOpts(dir string) Options {
 	return Options{Path: dir, Pipeline: "p", CompactInterval: -1, KeepVersions: -1}
 }
 
+// openTest opens a Sink for the rest of the test. Unless opts has a file
+// system, a test's Sink gets an fsys.Faulty of its own (a benchmark's the
+// real one), for faulty, crash and when to arm.
 func openTest(t testing.TB, opts Options) *Sink {
 	t.Helper()
+	if _, bench := t.(*testing.B); opts.FS == nil && !bench {
+		opts.FS = fsys.NewFaulty(fsys.OS{}, nil)
+	}
 	s, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // layout names every path of a destination; doc.go describes the tree.
@@ -140,27 +142,9 @@ func randomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// syncDir makes the entries of a directory durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return syncAndClose(d)
-}
-
-// syncAndClose syncs f to disk and closes it, with the first error.
-func syncAndClose(f *os.File) error {
-	err := f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // writeFileSync writes a new file and syncs it (not its directory).
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+func writeFileSync(disk fsys.FS, path string, data []byte) error {
+	f, err := disk.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -168,20 +152,20 @@ func writeFileSync(path string, data []byte) error {
 		f.Close()
 		return err
 	}
-	return syncAndClose(f)
+	return fsys.SyncAndClose(f)
 }
 
 // writeAtomic replaces path with data: a synced temporary file renamed over
 // it, then the directory synced.
-func writeAtomic(path string, data []byte) error {
+func writeAtomic(disk fsys.FS, path string, data []byte) error {
 	tmp := path + ".tmp-" + randomSuffix()
-	if err := writeFileSync(tmp, data); err != nil {
-		os.Remove(tmp)
+	if err := writeFileSync(disk, tmp, data); err != nil {
+		disk.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := disk.Rename(tmp, path); err != nil {
+		disk.Remove(tmp)
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return disk.SyncDir(filepath.Dir(path))
 }

@@ -49,7 +49,7 @@ func (s *Sink) AcquireLease(ctx context.Context, table, holder string, ttl time.
 		}
 		return fmt.Errorf("local: lease of %s: %w (holder %s)", table, sinks.ErrLeaseHeld, l.holder)
 	}
-	if err := os.MkdirAll(s.lay.leases(), 0o755); err != nil {
+	if err := s.disk.MkdirAll(s.lay.leases(), 0o755); err != nil {
 		return fmt.Errorf("local: lease of %s: %w", table, err)
 	}
 	fl := flock.New(s.lay.leaseFile(table))
@@ -64,7 +64,7 @@ func (s *Sink) AcquireLease(ctx context.Context, table, holder string, ttl time.
 	}
 	host, _ := os.Hostname()
 	info, _ := json.Marshal(leaseInfo{Holder: holder, PID: os.Getpid(), Host: host, Since: time.Now().UTC()})
-	if err := os.WriteFile(s.lay.leaseFile(table)+".json", info, 0o644); err != nil {
+	if err := s.disk.WriteFile(s.lay.leaseFile(table)+".json", info, 0o644); err != nil {
 		s.log.Warn("lease holder not recorded", "table", table, "err", err)
 	}
 	s.leases[table] = &lease{fl: fl, holder: holder}
@@ -74,7 +74,7 @@ func (s *Sink) AcquireLease(ctx context.Context, table, holder string, ttl time.
 
 // leaseHolder describes who holds a lease, as recorded beside it.
 func (s *Sink) leaseHolder(table string) string {
-	data, err := os.ReadFile(s.lay.leaseFile(table) + ".json")
+	data, err := s.disk.ReadFile(s.lay.leaseFile(table) + ".json")
 	var info leaseInfo
 	if err != nil || json.Unmarshal(data, &info) != nil {
 		return "holder unknown"
@@ -125,7 +125,7 @@ func (s *Sink) checkLease(table string) error {
 		return nil
 	}
 	path := s.lay.leaseFile(table)
-	if _, err := os.Stat(path); err != nil {
+	if _, err := s.disk.Stat(path); err != nil {
 		return nil // never leased
 	}
 	fl := flock.New(path)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // entry is one line of _sluice/ledger.jsonl: a committed load.
@@ -102,7 +102,7 @@ type ledger struct {
 	path string
 
 	mu      sync.Mutex
-	f       *os.File
+	f       fsys.File
 	off     int64 // bytes of complete lines read
 	entries []entry
 	ids     map[string]int64        // load id -> seq
@@ -116,8 +116,8 @@ type ledger struct {
 	resets map[flowKey]int64
 }
 
-func openLedger(path string) (*ledger, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+func openLedger(disk fsys.FS, path string) (*ledger, error) {
+	f, err := disk.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -242,25 +242,16 @@ func (l *ledger) checkStale(meta sinks.LoadMeta, from batch.Positions) error {
 	return nil
 }
 
-// errTornAppend is returned by append when a test simulates a crash in the
-// middle of the write.
-var errTornAppend = errors.New("append torn")
-
 // append writes e as the ledger's next line and syncs the file: the commit
 // point. On failure the file is cut back so that the load stays
-// uncommitted. tear, for tests, writes half the line and stops there as a
-// crash would. l.mu and the destination lock must be held, after a refresh
+// uncommitted. l.mu and the destination lock must be held, after a refresh
 // with repair.
-func (l *ledger) append(e entry, tear bool) error {
+func (l *ledger) append(e entry) error {
 	line, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	line = append(line, '\n')
-	if tear {
-		l.f.WriteAt(line[:len(line)/2], l.off)
-		return errTornAppend
-	}
 	if _, err = l.f.WriteAt(line, l.off); err == nil {
 		err = l.f.Sync()
 	}

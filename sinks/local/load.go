@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -71,18 +71,18 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 		return nil, fmt.Errorf("local: begin: load %s is already committed", meta.LoadID)
 	}
 	tmp := filepath.Join(s.lay.tmp(), fsName(meta.LoadID))
-	if err := os.Mkdir(tmp, 0o755); err != nil {
+	if err := s.disk.Mkdir(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("local: begin %s: %w", meta.LoadID, err)
 	}
 	lk := flock.New(filepath.Join(tmp, ".lock"))
 	if ok, err := lk.TryLock(); err != nil || !ok {
-		os.RemoveAll(tmp)
+		s.disk.RemoveAll(tmp)
 		return nil, fmt.Errorf("local: begin %s: lock: %v", meta.LoadID, err)
 	}
 	dir := s.lay.stagingDir(meta.LoadID)
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := s.disk.Rename(tmp, dir); err != nil {
 		lk.Unlock()
-		os.RemoveAll(tmp)
+		s.disk.RemoveAll(tmp)
 		return nil, fmt.Errorf("local: begin %s: %w", meta.LoadID, err)
 	}
 	l := &load{s: s, meta: meta, dir: dir, lk: lk, tables: map[string]*tableFiles{}}
@@ -149,7 +149,7 @@ func (l *load) tableFiles(table string, schema batch.Schema) (*tableFiles, error
 	if err == nil && !schema.Equal(def.Schema) {
 		def, err = l.s.readTable(table) // another process may have changed it
 	}
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w (Ensure creates tables)", sinks.ErrUnknownTable)
 	}
 	if err != nil {
@@ -176,7 +176,7 @@ func (l *load) writePart(table string, tf *tableFiles, dir string, b *batch.Batc
 	pf := tf.files[dir]
 	if pf == nil {
 		n := len(tf.order)
-		fw, err := createFile(l.s.lay.stagedFile(l.meta.LoadID, table, n), tf.def.Schema, l.meta.LoadID, loadCodec)
+		fw, err := createFile(l.s.disk, l.s.lay.stagedFile(l.meta.LoadID, table, n), tf.def.Schema, l.meta.LoadID, loadCodec)
 		if err != nil {
 			return err
 		}
@@ -300,17 +300,14 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 		err = serr
 	}
 	if err == nil {
-		err = syncDir(l.dir)
+		err = s.disk.SyncDir(l.dir)
 	}
 	if err == nil {
-		err = syncDir(s.lay.staging())
+		err = s.disk.SyncDir(s.lay.staging())
 	}
 	if err != nil {
 		l.discard()
 		return fmt.Errorf("local: commit %s: %w", l.meta.LoadID, err)
-	}
-	if err := s.crashAt("staged"); err != nil {
-		return err
 	}
 
 	unlock, err := s.lock(ctx)
@@ -338,13 +335,7 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	if err == nil {
 		e.Seq = s.led.lastSeq() + 1
 		e.CommittedAt = time.Now().UTC().Truncate(time.Microsecond)
-		tear := s.crashes("ledger-torn")
-		err = s.led.append(e, tear)
-		if tear {
-			s.led.mu.Unlock()
-			s.kill()
-			return errCrash
-		}
+		err = s.led.append(e)
 	}
 	s.led.mu.Unlock()
 	if err != nil {
@@ -355,16 +346,10 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 		}
 		return fmt.Errorf("local: commit %s of %s: %w", l.meta.LoadID, l.meta.Flow, err)
 	}
-	if err := s.crashAt("committed"); err != nil {
-		return err
-	}
 	l.finish()
 	// Past the commit point publishing runs to its end: a cancelled context
 	// would only leave the load for the next commit or Recover to publish.
 	if err := s.publishPending(context.WithoutCancel(ctx), !s.syncStates); err != nil {
-		if errors.Is(err, errCrash) {
-			return err
-		}
 		return fmt.Errorf("local: load %s is committed; publishing failed and is retried by the next commit or Recover: %w",
 			l.meta.LoadID, err)
 	}
@@ -385,7 +370,7 @@ func (l *load) discard() error {
 		return nil
 	}
 	l.closeFiles()
-	err := os.RemoveAll(l.dir)
+	err := l.s.disk.RemoveAll(l.dir)
 	l.finish()
 	if err != nil {
 		return fmt.Errorf("local: abort %s: %w", l.meta.LoadID, err)

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"os"
 	"sync"
+
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // A pairs file is a list of (a, b) byte-string pairs: the identities of a
@@ -29,7 +31,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // checksum) a block at a time: a pair costs a few appends, not a write and
 // a checksum update per part.
 type pairsWriter struct {
-	f   *os.File
+	f   fsys.File
 	buf *[]byte
 	crc uint32
 	n   int64
@@ -48,8 +50,8 @@ var pairsBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
-func createPairs(path string) (*pairsWriter, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+func createPairs(disk fsys.FS, path string) (*pairsWriter, error) {
+	f, err := disk.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +156,8 @@ func (p *pairs) len() int { return len(p.a) }
 var errPairsCorrupt = errors.New("pairs file is corrupt")
 
 // readPairs reads a whole pairs file and checks its trailer.
-func readPairs(path string) (*pairs, error) {
-	data, err := os.ReadFile(path)
+func readPairs(disk fsys.FS, path string) (*pairs, error) {
+	data, err := disk.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // TestPairsPresized checks that a pairs file is read into slices sized by
@@ -22,7 +24,7 @@ func TestPairsPresized(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "p")
-			pw, err := createPairs(path)
+			pw, err := createPairs(fsys.OS{}, path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +38,7 @@ func TestPairsPresized(t *testing.T) {
 			if _, err := pw.close(); err != nil {
 				t.Fatal(err)
 			}
-			p, err := readPairs(path)
+			p, err := readPairs(fsys.OS{}, path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // rowGroupRows bounds the rows of one row group: a Write of more rows is
@@ -174,7 +176,7 @@ func fileSchema(s batch.Schema, withLoadID bool) *parquet.Schema {
 // fileWriter writes one Parquet file column by column. It is not safe for
 // concurrent use.
 type fileWriter struct {
-	f       *os.File
+	f       fsys.File
 	buf     *bufio.Writer // from writeBufs, between w and f
 	w       *parquet.GenericWriter[any]
 	cols    []*parquet.ColumnWriter
@@ -190,18 +192,18 @@ type fileWriter struct {
 
 // createFile creates path and returns a writer of schema's files whose
 // _sluice_load_id column holds loadID.
-func createFile(path string, schema batch.Schema, loadID string, codec compress.Codec) (*fileWriter, error) {
-	return newFileWriter(path, schema, loadID, true, codec)
+func createFile(disk fsys.FS, path string, schema batch.Schema, loadID string, codec compress.Codec) (*fileWriter, error) {
+	return newFileWriter(disk, path, schema, loadID, true, codec)
 }
 
 // createPlainFile creates path and returns a writer of files with the
 // columns of schema only: a CDC target's data files and staged upserts.
-func createPlainFile(path string, schema batch.Schema, codec compress.Codec) (*fileWriter, error) {
-	return newFileWriter(path, schema, "", false, codec)
+func createPlainFile(disk fsys.FS, path string, schema batch.Schema, codec compress.Codec) (*fileWriter, error) {
+	return newFileWriter(disk, path, schema, "", false, codec)
 }
 
-func newFileWriter(path string, schema batch.Schema, loadID string, loadCol bool, codec compress.Codec) (*fileWriter, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+func newFileWriter(disk fsys.FS, path string, schema batch.Schema, loadID string, loadCol bool, codec compress.Codec) (*fileWriter, error) {
+	f, err := disk.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +299,7 @@ func (fw *fileWriter) closeTo(sy *fileSyncer) (int64, error) {
 	fw.release()
 	var size int64
 	if err == nil {
-		var st os.FileInfo
+		var st fs.FileInfo
 		if st, err = fw.f.Stat(); err == nil {
 			size = st.Size()
 		}
@@ -439,8 +441,8 @@ func fitsInt64(d batch.Dec128) bool {
 // table's columns then _sluice_load_id. Columns the file lacks are NULL
 // (columns added to the table after the file was written). When each is set,
 // it is called after every row group (it may empty out).
-func readFile(path string, out *batch.Batch, each func() error) error {
-	f, err := os.Open(path)
+func readFile(disk fsys.FS, path string, out *batch.Batch, each func() error) error {
+	f, err := disk.Open(path)
 	if err != nil {
 		return err
 	}
@@ -449,7 +451,7 @@ func readFile(path string, out *batch.Batch, each func() error) error {
 }
 
 // readOpenFile is readFile of an open file.
-func readOpenFile(f *os.File, out *batch.Batch, each func() error) error {
+func readOpenFile(f fsys.File, out *batch.Batch, each func() error) error {
 	path := f.Name()
 	st, err := f.Stat()
 	if err != nil {
@@ -690,12 +692,12 @@ func readPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Va
 
 // copyFile writes every row of the file at path to fw, a row group at a
 // time; rows keep their _sluice_load_id. It is how compaction merges files.
-func copyFile(fw *fileWriter, path string) (int64, error) {
+func copyFile(disk fsys.FS, fw *fileWriter, path string) (int64, error) {
 	s := batch.Schema{Columns: append(append([]batch.Column{}, fw.schema.Columns...),
 		batch.Column{Name: batch.LoadIDColumn, Type: batch.String})}
 	b := batch.New(s, 0)
 	var rows int64
-	err := readFile(path, b, func() error {
+	err := readFile(disk, path, b, func() error {
 		ids := b.Vectors[len(b.Vectors)-1].Strs
 		data := &batch.Batch{Schema: fw.schema, Vectors: b.Vectors[:len(b.Vectors)-1]}
 		// Rows of one load share a load id; write each run of equal ids.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 var allTypes = batch.Schema{Columns: []batch.Column{
@@ -188,7 +189,7 @@ func TestFileReadableByOtherReaders(t *testing.T) {
 func TestFileStatistics(t *testing.T) {
 	dir := t.TempDir()
 	schema := batch.Schema{Columns: []batch.Column{{Name: "i", Type: batch.Int64}, {Name: "dec38", Type: batch.Decimal(38, 0)}}}
-	fw, err := createFile(filepath.Join(dir, "f.parquet"), schema, "l", loadCodec)
+	fw, err := createFile(fsys.OS{}, filepath.Join(dir, "f.parquet"), schema, "l", loadCodec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestRowGroups(t *testing.T) {
 		return b
 	}
 	path := filepath.Join(t.TempDir(), "f.parquet")
-	fw, err := createFile(path, schema, "l", loadCodec)
+	fw, err := createFile(fsys.OS{}, path, schema, "l", loadCodec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +305,7 @@ func TestRowGroups(t *testing.T) {
 	}
 	out := batch.New(batch.Schema{Columns: append(schema.Columns, batch.Column{Name: batch.LoadIDColumn, Type: batch.String})}, 0)
 	groups := 0
-	if err := readFile(path, out, func() error { groups++; return nil }); err != nil {
+	if err := readFile(fsys.OS{}, path, out, func() error { groups++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if groups != 4 {
@@ -364,7 +365,7 @@ func TestReadPageData(t *testing.T) {
 		}
 	}
 	path := filepath.Join(t.TempDir(), "f.parquet")
-	fw, err := createPlainFile(path, schema, loadCodec)
+	fw, err := createPlainFile(fsys.OS{}, path, schema, loadCodec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +438,7 @@ func TestReadDictionaryFile(t *testing.T) {
 	}
 	schema := batch.Schema{Columns: []batch.Column{{Name: "s", Type: batch.String, Nullable: true}, {Name: "i", Type: batch.Int64}}}
 	b := batch.New(schema, 0)
-	if err := readFile(path, b, nil); err != nil {
+	if err := readFile(fsys.OS{}, path, b, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b.Len() != len(rs) {

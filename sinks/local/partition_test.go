@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 func TestPartitionFolder(t *testing.T) {
@@ -116,7 +116,7 @@ func TestPartitionedTable(t *testing.T) {
 	for _, f := range m.Files {
 		b := batch.New(batch.Schema{Columns: append(slices.Clone(ordersSchema.Columns),
 			batch.Column{Name: batch.LoadIDColumn, Type: batch.String})}, 0)
-		if err := readFile(filepath.Join(dir, "orders", f.Name), b, nil); err != nil {
+		if err := readFile(fsys.OS{}, filepath.Join(dir, "orders", f.Name), b, nil); err != nil {
 			t.Fatal(err)
 		}
 		for r := range b.Len() {
@@ -150,10 +150,10 @@ func TestPartitionedCrash(t *testing.T) {
 	if _, err := commitOrders(ctx, s1, 0, -1, 0, 20); err != nil {
 		t.Fatal(err)
 	}
-	s1.setCrash(crashAfter("publish", 1))
-	if _, err := commitOrders(ctx, s1, 0, 20, 20, 20); !errors.Is(err, errCrash) {
-		t.Fatalf("commit: %v, want the simulated crash", err)
-	}
+	cr := crash(t, s1, beforeSwap, 1)
+	_, err := commitOrders(ctx, s1, 0, 20, 20, 20)
+	expectCrash(t, cr, "commit", err)
+	s1.kill()
 	s2 := openTest(t, testOpts(dir))
 	if _, err := s2.Recover(ctx); err != nil {
 		t.Fatal(err)

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // manifest describes one version of a table: _sluice/tables/<t>/v<N>.json
@@ -62,7 +62,7 @@ var errNoTable = errors.New("table has no folder")
 // removed after the symlink was read (a reader lost a race with a swap and
 // KeepVersions).
 func (s *Sink) current(table string) (manifest, error) {
-	target, err := os.Readlink(s.lay.link(table))
+	target, err := s.disk.Readlink(s.lay.link(table))
 	if errors.Is(err, fs.ErrNotExist) {
 		return manifest{}, errNoTable
 	}
@@ -77,7 +77,7 @@ func (s *Sink) current(table string) (manifest, error) {
 }
 
 func (s *Sink) readManifest(table string, v int64) (manifest, error) {
-	data, err := os.ReadFile(s.lay.manifestFile(table, v))
+	data, err := s.disk.ReadFile(s.lay.manifestFile(table, v))
 	if err != nil {
 		return manifest{}, err
 	}
@@ -97,11 +97,11 @@ func (s *Sink) readManifest(table string, v int64) (manifest, error) {
 // identity sidecars (srcs[name+".ids"]), then its manifest, synced. It is
 // invisible until swap points the table at it. Runs under the lock.
 func (s *Sink) writeVersion(table string, m manifest, srcs map[string]string) error {
-	if err := linkVersion(s.lay.versionDir(table, m.Version), s.lay.versionDir(table, m.Version-1), m.Files, "", srcs); err != nil {
+	if err := linkVersion(s.disk, s.lay.versionDir(table, m.Version), s.lay.versionDir(table, m.Version-1), m.Files, "", srcs); err != nil {
 		return err
 	}
 	if m.Buckets > 0 {
-		if err := linkVersion(s.lay.idsDir(table, m.Version), s.lay.idsDir(table, m.Version-1), m.Files, idsSuffix, srcs); err != nil {
+		if err := linkVersion(s.disk, s.lay.idsDir(table, m.Version), s.lay.idsDir(table, m.Version-1), m.Files, idsSuffix, srcs); err != nil {
 			return err
 		}
 	}
@@ -109,20 +109,20 @@ func (s *Sink) writeVersion(table string, m manifest, srcs map[string]string) er
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(s.lay.manifestFile(table, m.Version), append(data, '\n')); err != nil {
+	if err := writeFileSync(s.disk, s.lay.manifestFile(table, m.Version), append(data, '\n')); err != nil {
 		return err
 	}
-	return syncDir(s.lay.tableDir(table))
+	return s.disk.SyncDir(s.lay.tableDir(table))
 }
 
 // linkVersion makes dir (removing leftovers of a writer that died before
 // its swap) and links into it each file's name+suffix, from srcs or else
 // from prev; then syncs the folders, deepest first.
-func linkVersion(dir, prev string, files []fileEntry, suffix string, srcs map[string]string) error {
-	if err := os.RemoveAll(dir); err != nil {
+func linkVersion(disk fsys.FS, dir, prev string, files []fileEntry, suffix string, srcs map[string]string) error {
+	if err := disk.RemoveAll(dir); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := disk.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
 	subdirs := map[string]bool{} // partition folders, synced deepest first
@@ -134,14 +134,14 @@ func linkVersion(dir, prev string, files []fileEntry, suffix string, srcs map[st
 		}
 		dst := filepath.Join(dir, name)
 		if sub := path.Dir(name); sub != "." && !subdirs[sub] {
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			if err := disk.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 				return err
 			}
 			for ; sub != "." && !subdirs[sub]; sub = path.Dir(sub) {
 				subdirs[sub] = true
 			}
 		}
-		if err := os.Link(src, dst); err != nil {
+		if err := disk.Link(src, dst); err != nil {
 			return err
 		}
 	}
@@ -151,7 +151,7 @@ func linkVersion(dir, prev string, files []fileEntry, suffix string, srcs map[st
 	}
 	slices.SortFunc(order, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	for _, sub := range append(order, ".") {
-		if err := syncDir(filepath.Join(dir, sub)); err != nil {
+		if err := disk.SyncDir(filepath.Join(dir, sub)); err != nil {
 			return err
 		}
 	}
@@ -162,20 +162,20 @@ func linkVersion(dir, prev string, files []fileEntry, suffix string, srcs map[st
 // old one (atomic for readers), then the destination folder synced.
 func (s *Sink) swap(table string, v int64) error {
 	tmp := filepath.Join(s.lay.tmp(), "link-"+table+"-"+randomSuffix())
-	if err := os.Symlink(s.lay.linkTarget(table, v), tmp); err != nil {
+	if err := s.disk.Symlink(s.lay.linkTarget(table, v), tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, s.lay.link(table)); err != nil {
-		os.Remove(tmp)
+	if err := s.disk.Rename(tmp, s.lay.link(table)); err != nil {
+		s.disk.Remove(tmp)
 		return err
 	}
-	return syncDir(s.lay.root)
+	return s.disk.SyncDir(s.lay.root)
 }
 
 // nextVersion publishes a new version of a table from cur: cur's files minus
 // drop, plus add (whose sources are in srcs), with the given through.
 func (s *Sink) nextVersion(table string, cur manifest, drop map[string]bool, add []fileEntry,
-	srcs map[string]string, through int64, crashPoint string) (manifest, error) {
+	srcs map[string]string, through int64) (manifest, error) {
 	m := manifest{Version: cur.Version + 1, Through: through, Created: time.Now().UTC(), Buckets: cur.Buckets}
 	for _, f := range cur.Files {
 		if !drop[f.Name] {
@@ -183,21 +183,15 @@ func (s *Sink) nextVersion(table string, cur manifest, drop map[string]bool, add
 		}
 	}
 	m.Files = append(m.Files, add...)
-	return m, s.installVersion(table, m, srcs, crashPoint)
+	return m, s.installVersion(table, m, srcs)
 }
 
 // installVersion writes version m and swaps the table to it.
-func (s *Sink) installVersion(table string, m manifest, srcs map[string]string, crashPoint string) error {
+func (s *Sink) installVersion(table string, m manifest, srcs map[string]string) error {
 	if err := s.writeVersion(table, m, srcs); err != nil {
 		return err
 	}
-	if err := s.crashAt(crashPoint); err != nil {
-		return err
-	}
 	if err := s.swap(table, m.Version); err != nil {
-		return err
-	}
-	if err := s.crashAt(crashPoint + "+swapped"); err != nil {
 		return err
 	}
 	if err := s.gcVersions(table, m.Version); err != nil {
@@ -223,9 +217,6 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 	s.led.mu.Unlock()
 	if len(pending) == 0 {
 		return nil
-	}
-	if s.failPublish.CompareAndSwap(true, false) {
-		return &fs.PathError{Op: "publish", Path: s.lay.root, Err: syscall.EIO}
 	}
 	byTable := map[string][]*entry{}
 	cdc := map[string]bool{}
@@ -282,7 +273,7 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 	}
 	// Remove the staging folders that remain (Recover goes over the whole
 	// ledger: look the folders up once rather than each load's).
-	staged, err := os.ReadDir(s.lay.staging())
+	staged, err := s.disk.ReadDir(s.lay.staging())
 	if err != nil {
 		return err
 	}
@@ -295,7 +286,7 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 			continue
 		}
 		dir := s.lay.stagingDir(pending[i].LoadID)
-		if err := os.RemoveAll(dir); err != nil {
+		if err := s.disk.RemoveAll(dir); err != nil {
 			s.log.Warn("staging folder not removed", "dir", dir, "err", err)
 		}
 	}
@@ -328,7 +319,7 @@ func (s *Sink) publishTable(table string, loads []*entry) error {
 			}
 			name := path.Join(f.Dir, fmt.Sprintf("part-%012d-%d.parquet", e.Seq, f.N))
 			src := s.lay.stagedFile(e.LoadID, table, f.N)
-			if _, err := os.Stat(src); err != nil {
+			if _, err := s.disk.Stat(src); err != nil {
 				return fmt.Errorf("committed load %s (seq %d): its staged file is gone: %w", e.LoadID, e.Seq, err)
 			}
 			files = append(files, fileEntry{Name: name, Rows: f.Rows, Bytes: f.Bytes, FirstSeq: e.Seq, LastSeq: e.Seq})
@@ -341,7 +332,7 @@ func (s *Sink) publishTable(table string, loads []*entry) error {
 		return nil
 	}
 	m := manifest{Version: cur.Version + 1, Through: through, Created: time.Now().UTC(), Buckets: cur.Buckets, Files: files}
-	if err := s.installVersion(table, m, srcs, "publish"); err != nil {
+	if err := s.installVersion(table, m, srcs); err != nil {
 		return err
 	}
 	s.log.Debug("published", "table", table, "files", added, "replaced", dropped, "through", through)
@@ -352,7 +343,7 @@ func (s *Sink) publishTable(table string, loads []*entry) error {
 // those after it (a writer died before its swap), and those before it once
 // superseded for KeepVersions. Runs under the lock.
 func (s *Sink) gcVersions(table string, cur int64) error {
-	ents, err := os.ReadDir(s.lay.tableDir(table))
+	ents, err := s.disk.ReadDir(s.lay.tableDir(table))
 	if err != nil {
 		return err
 	}
@@ -373,20 +364,20 @@ func (s *Sink) gcVersions(table string, cur int64) error {
 		}
 		if v < cur && s.opts.KeepVersions > 0 {
 			// v was superseded when its successor's manifest was written.
-			st, err := os.Stat(s.lay.manifestFile(table, versions[i+1]))
+			st, err := s.disk.Stat(s.lay.manifestFile(table, versions[i+1]))
 			if err == nil && now.Sub(st.ModTime()) < s.opts.KeepVersions {
 				continue
 			}
 		}
-		if err := os.RemoveAll(s.lay.versionDir(table, v)); err != nil {
+		if err := s.disk.RemoveAll(s.lay.versionDir(table, v)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := os.RemoveAll(s.lay.idsDir(table, v)); err != nil {
+		if err := s.disk.RemoveAll(s.lay.idsDir(table, v)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := os.Remove(s.lay.manifestFile(table, v)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := s.disk.Remove(s.lay.manifestFile(table, v)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

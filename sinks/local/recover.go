@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -77,7 +76,7 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 // (and compactions) whose writer died or was dropped. Committed loads were
 // published and their folders removed just before.
 func (s *Sink) removeDeadStaging() error {
-	ents, err := os.ReadDir(s.lay.staging())
+	ents, err := s.disk.ReadDir(s.lay.staging())
 	if err != nil {
 		return err
 	}
@@ -89,7 +88,7 @@ func (s *Sink) removeDeadStaging() error {
 			lk.Close()
 			continue // alive, or not ours to judge
 		}
-		rerr := os.RemoveAll(dir)
+		rerr := s.disk.RemoveAll(dir)
 		lk.Unlock()
 		lk.Close()
 		if rerr != nil {
@@ -101,7 +100,7 @@ func (s *Sink) removeDeadStaging() error {
 }
 
 func (s *Sink) removeOldTmp() {
-	ents, err := os.ReadDir(s.lay.tmp())
+	ents, err := s.disk.ReadDir(s.lay.tmp())
 	if err != nil {
 		return
 	}
@@ -110,7 +109,7 @@ func (s *Sink) removeOldTmp() {
 		if err != nil || time.Since(info.ModTime()) < tmpMaxAge {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(s.lay.tmp(), e.Name())); err != nil {
+		if err := s.disk.RemoveAll(filepath.Join(s.lay.tmp(), e.Name())); err != nil {
 			s.log.Warn("temporary file not removed", "name", e.Name(), "err", err)
 		}
 	}
@@ -118,7 +117,7 @@ func (s *Sink) removeOldTmp() {
 
 // listTables returns the tables that have a stored schema.
 func (s *Sink) listTables() ([]string, error) {
-	ents, err := os.ReadDir(s.lay.tables())
+	ents, err := s.disk.ReadDir(s.lay.tables())
 	if err != nil {
 		return nil, err
 	}

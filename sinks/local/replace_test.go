@@ -3,7 +3,6 @@ package local
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -219,17 +218,17 @@ func TestReplaceLayout(t *testing.T) {
 func TestReplaceCrash(t *testing.T) {
 	tests := []struct {
 		name      string
-		point     string
+		at        moment
 		nth       int
 		committed bool
 	}{
-		{"after staging", "staged", 1, false},
-		{"in the ledger append", "ledger-torn", 1, false},
-		{"after the ledger append", "committed", 1, true},
-		{"before the first swap", "publish", 1, true},
-		{"after the first swap", "publish+swapped", 1, true},
-		{"before the second swap", "publish", 2, true},
-		{"after the second swap", "publish+swapped", 2, true},
+		{"after staging", afterStaging, 1, false},
+		{"in the ledger append", inLedgerAppend, 1, false},
+		{"after the ledger append", afterLedgerAppend, 1, true},
+		{"before the first swap", beforeSwap, 1, true},
+		{"after the first swap", afterSwap, 1, true},
+		{"before the second swap", beforeSwap, 2, true},
+		{"after the second swap", afterSwap, 2, true},
 	}
 	old := map[batch.DateValue]string{day(1): "1x3", day(2): "1x3", day(3): "1x3"}
 	replaced := map[batch.DateValue]string{day(1): "2x2", day(3): "1x3", day(4): "2x1"}
@@ -250,10 +249,9 @@ func TestReplaceCrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s1.setCrash(crashAfter(tc.point, tc.nth))
-			if err := ld.Commit(ctx, sinks.Commit{To: batch.Positions{{File: "crashing", Done: true}}}); !errors.Is(err, errCrash) {
-				t.Fatalf("Commit: %v, want the simulated crash", err)
-			}
+			cr := crash(t, s1, tc.at, tc.nth)
+			expectCrash(t, cr, "Commit", ld.Commit(ctx, sinks.Commit{To: batch.Positions{{File: "crashing", Done: true}}}))
+			s1.kill()
 			want := old
 			if tc.committed {
 				want = replaced
@@ -311,10 +309,9 @@ func TestReplacePublishedTogether(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s1.setCrash(crashAfter("committed", 1))
-			if err := ld.Commit(ctx, sinks.Commit{}); !errors.Is(err, errCrash) {
-				t.Fatalf("Commit: %v, want the simulated crash", err)
-			}
+			cr := crash(t, s1, afterLedgerAppend, 1)
+			expectCrash(t, cr, "Commit", ld.Commit(ctx, sinks.Commit{}))
+			s1.kill()
 			s2 := openTest(t, testOpts(dir))
 			before, err := s2.current(eventsTable.Name)
 			if err != nil {
@@ -360,14 +357,11 @@ func TestReplaceCompactionRace(t *testing.T) {
 		}
 	}
 	raced := false
-	s1.setCrash(func(point string) bool {
-		if point == "merged" && !raced {
-			raced = true
-			if err := commitDays(ctx, s2, tables, []int{1}, genRows(9, 1, 1)); err != nil {
-				t.Errorf("replacing during the compaction: %v", err)
-			}
+	when(t, s1, compactMerged, 1, func() {
+		raced = true
+		if err := commitDays(ctx, s2, tables, []int{1}, genRows(9, 1, 1)); err != nil {
+			t.Errorf("replacing during the compaction: %v", err)
 		}
-		return false
 	})
 	before, err := s1.current(eventsTable.Name)
 	if err != nil {

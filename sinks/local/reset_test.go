@@ -2,27 +2,26 @@ package local
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/sinktest"
 )
 
-// crashReset resets through s and kills it at point, the nth time.
-func crashReset(point string, nth int) func(t *testing.T, s sinks.Sink, tables, flows []string) {
+// crashReset resets through s, kills it the nth time it reaches moment at
+// and abandons it.
+func crashReset(at moment, nth int) func(t *testing.T, s sinks.Sink, tables, flows []string) {
 	return func(t *testing.T, s sinks.Sink, tables, flows []string) {
 		t.Helper()
 		ls := s.(*Sink)
-		ls.setCrash(crashAfter(point, nth))
-		if err := ls.Reset(context.Background(), tables, flows); !errors.Is(err, errCrash) {
-			t.Fatalf("Reset: %v, want the simulated crash at %s", err, point)
-		}
+		cr := crash(t, ls, at, nth)
+		expectCrash(t, cr, "Reset", ls.Reset(context.Background(), tables, flows))
+		ls.kill()
 	}
 }
 
 func TestResetConformance(t *testing.T) {
-	sinktest.RunReset(t, conformanceFactory, sinktest.CrashReset(crashReset("reset-committed", 1)))
+	sinktest.RunReset(t, conformanceFactory, sinktest.CrashReset(crashReset(afterLedgerAppend, 1)))
 }
 
 // TestResetCrash kills a reset at each step after its commit point: after
@@ -31,18 +30,18 @@ func TestResetConformance(t *testing.T) {
 // cleared yet), after the second.
 func TestResetCrash(t *testing.T) {
 	tests := []struct {
-		name  string
-		point string
-		nth   int
+		name string
+		at   moment
+		nth  int
 	}{
-		{"after the ledger line", "reset-committed", 1},
-		{"before the first swap", "reset", 1},
-		{"after the first swap", "reset+swapped", 1},
-		{"after the second swap", "reset+swapped", 2},
+		{"after the ledger line", afterLedgerAppend, 1},
+		{"before the first swap", beforeSwap, 1},
+		{"after the first swap", afterSwap, 1},
+		{"after the second swap", afterSwap, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sinktest.RunReset(t, conformanceFactory, sinktest.CrashReset(crashReset(tc.point, tc.nth)))
+			sinktest.RunReset(t, conformanceFactory, sinktest.CrashReset(crashReset(tc.at, tc.nth)))
 		})
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 var _ sinks.KeyScanner = (*Sink)(nil)
@@ -62,7 +62,7 @@ func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, whereN
 		if errors.Is(err, errNoTable) {
 			return fmt.Errorf("local: scan keys of %s: %w", table, sinks.ErrUnknownTable)
 		}
-		var files []*os.File
+		var files []fsys.File
 		if err == nil {
 			files, err = s.openVersion(table, m)
 		}
@@ -90,11 +90,11 @@ func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, whereN
 }
 
 // openVersion opens every data file of a version; the caller closes them.
-func (s *Sink) openVersion(table string, m manifest) ([]*os.File, error) {
+func (s *Sink) openVersion(table string, m manifest) ([]fsys.File, error) {
 	dir := s.lay.versionDir(table, m.Version)
-	files := make([]*os.File, 0, len(m.Files))
+	files := make([]fsys.File, 0, len(m.Files))
 	for _, fe := range m.Files {
-		f, err := os.Open(filepath.Join(dir, fe.Name))
+		f, err := s.disk.Open(filepath.Join(dir, fe.Name))
 		if err != nil {
 			for _, f := range files {
 				f.Close()
@@ -109,7 +109,7 @@ func (s *Sink) openVersion(table string, m manifest) ([]*os.File, error) {
 // scanFiles reads the columns of read from each file a row group at a
 // time and passes fn the columns of out (a prefix of read) of the rows
 // whose column nullAt is null (every row when nullAt < 0).
-func scanFiles(ctx context.Context, files []*os.File, read, out batch.Schema, nullAt int, fn func(*batch.Batch) error) error {
+func scanFiles(ctx context.Context, files []fsys.File, read, out batch.Schema, nullAt int, fn func(*batch.Batch) error) error {
 	buf := batch.New(read, 0)
 	each := func() error {
 		if err := ctx.Err(); err != nil {

@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -132,12 +131,12 @@ func verProblem(s *Sink, want verModel) error {
 	}
 	hist := map[outKey]int{}
 	for _, f := range m.Files {
-		ids, err := readPairs(filepath.Join(s.lay.idsDir(verTable.Name, m.Version), f.Name+idsSuffix))
+		ids, err := readPairs(s.disk, filepath.Join(s.lay.idsDir(verTable.Name, m.Version), f.Name+idsSuffix))
 		if err != nil {
 			return err
 		}
 		rows := batch.New(verSchema, 0)
-		if err := readFile(filepath.Join(s.lay.versionDir(verTable.Name, m.Version), f.Name), rows, nil); err != nil {
+		if err := readFile(s.disk, filepath.Join(s.lay.versionDir(verTable.Name, m.Version), f.Name), rows, nil); err != nil {
 			return err
 		}
 		if rows.Len() != ids.len() || int64(rows.Len()) != f.Rows {
@@ -304,7 +303,7 @@ func TestSCD2HistoryFiles(t *testing.T) {
 	var holder string
 	for _, h := range filesOf(t, s, 1, kindHistory) {
 		m := manifestOf(t, s, verTable.Name)
-		ids, err := readPairs(filepath.Join(s.lay.idsDir(verTable.Name, m.Version), h+idsSuffix))
+		ids, err := readPairs(s.disk, filepath.Join(s.lay.idsDir(verTable.Name, m.Version), h+idsSuffix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -398,7 +397,7 @@ func TestSCD2LateHistoryFiles(t *testing.T) {
 	holding := func(start int64) string {
 		for name := range files {
 			m := manifestOf(t, s, verTable.Name)
-			ids, err := readPairs(filepath.Join(s.lay.idsDir(verTable.Name, m.Version), name+idsSuffix))
+			ids, err := readPairs(s.disk, filepath.Join(s.lay.idsDir(verTable.Name, m.Version), name+idsSuffix))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -532,16 +531,16 @@ func TestSCD2MixedFiles(t *testing.T) {
 func TestSCD2Crash(t *testing.T) {
 	type crashCase struct {
 		name      string
-		point     string
+		at        moment
 		committed bool
 		late      bool // the load splits a closed version; else it merges
 	}
 	var tests []crashCase
 	for _, p := range []crashCase{
-		{"after staging", "staged", false, false},
-		{"after the ledger append", "committed", true, false},
-		{"after the version folder, before its swap", "publish", true, false},
-		{"after the swap", "publish+swapped", true, false},
+		{"after staging", afterStaging, false, false},
+		{"after the ledger append", afterLedgerAppend, true, false},
+		{"after the version folder, before its swap", beforeSwap, true, false},
+		{"after the swap", afterSwap, true, false},
 	} {
 		tests = append(tests, p)
 		p.name, p.late = p.name+", late event", true
@@ -577,10 +576,9 @@ func TestSCD2Crash(t *testing.T) {
 			if tc.late {
 				crashing.up = append(crashing.up, ver{k, "a", 10, 12}, ver{k, "late", 12, 20})
 			}
-			s1.setCrash(crashAfter(tc.point, 1))
-			if err := commitVer(ctx, s1, crashing); !errors.Is(err, errCrash) {
-				t.Fatalf("commit: %v, want the simulated crash", err)
-			}
+			cr := crash(t, s1, tc.at, 1)
+			expectCrash(t, cr, "commit", commitVer(ctx, s1, crashing))
+			s1.kill()
 			if tc.committed {
 				want.apply(crashing)
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // Defaults of Options.
@@ -62,6 +63,11 @@ type Options struct {
 	// up to 4096. A load rewrites only the buckets its changes touch.
 	// Default DefaultBucketRows (65536).
 	BucketRows int
+	// FS is the file system every file operation of the destination goes
+	// through; nil means fsys.OS, the real one. Tests pass an fsys.Faulty to
+	// fail a chosen operation. The flocks and the CDC targets' state.db
+	// files (bbolt) bypass it (sinks/local/fsys/doc.go says why).
+	FS fsys.FS
 }
 
 // Sink is a local destination: Parquet tables in a folder. It implements
@@ -70,6 +76,7 @@ type Sink struct {
 	opts Options
 	log  *slog.Logger
 	lay  layout
+	disk fsys.FS // opts.FS, or fsys.OS
 
 	sem  chan struct{} // the in-process half of the destination lock
 	fl   *flock.Flock  // the cross-process half
@@ -102,14 +109,10 @@ type Sink struct {
 	// holdStates (tests) leaves them queued, with no goroutine applying
 	// them, for the next publish or GetState.
 	syncStates, holdStates bool
-
-	// crash, when set (by tests, with setCrash), is asked at each step of
-	// the commit protocol whether the process dies there; see crashAt. It
-	// is read by the goroutine applying states too.
-	crash atomic.Pointer[func(point string) bool]
-	// failPublish, when set (by tests), fails the next publication once
-	// with an I/O error, as a failing disk would.
-	failPublish atomic.Bool
+	// betweenStates (tests), when set, runs between two transactions of a
+	// load's states (applyStates' between): no file operation marks that
+	// moment, bbolt writes state.db itself.
+	betweenStates func() error
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -140,6 +143,10 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 	if opts.BucketRows <= 0 {
 		opts.BucketRows = DefaultBucketRows
 	}
+	disk := opts.FS
+	if disk == nil {
+		disk = fsys.OS{}
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -148,23 +155,24 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		opts:    opts,
 		log:     log.With("sink", "local", "path", opts.Path),
 		lay:     layout{root: opts.Path},
+		disk:    disk,
 		sem:     make(chan struct{}, 1),
 		schemas: map[string]tableDef{},
 		loads:   map[*load]struct{}{},
 		leases:  map[string]*lease{},
 	}
 	for _, dir := range []string{s.lay.root, s.lay.state(), s.lay.tmp(), s.lay.staging(), s.lay.tables()} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := disk.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("local: open: %w", err)
 		}
 	}
-	if err := syncDir(s.lay.root); err != nil {
+	if err := disk.SyncDir(s.lay.root); err != nil {
 		return nil, fmt.Errorf("local: open: %w", err)
 	}
 	s.fl = flock.New(s.lay.lockFile())
-	led, err := openLedger(s.lay.ledger())
+	led, err := openLedger(disk, s.lay.ledger())
 	if err == nil {
-		err = syncDir(s.lay.state())
+		err = disk.SyncDir(s.lay.state())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("local: open: %w", err)
@@ -217,41 +225,6 @@ func (s *Sink) Close() error {
 
 var errClosed = errors.New("local: sink is closed")
 
-// errCrash is what a simulated crash returns (tests only).
-var errCrash = errors.New("local: simulated crash")
-
-// crashAt asks the test hook whether the process dies at point; if so the
-// Sink is killed as the kernel would: its locks are released and nothing is
-// cleaned up.
-func (s *Sink) crashAt(point string) error {
-	if !s.crashes(point) {
-		return nil
-	}
-	s.kill()
-	return errCrash
-}
-
-// crashes asks the test hook whether the process dies at point.
-func (s *Sink) crashes(point string) bool {
-	f := s.crash.Load()
-	return f != nil && (*f)(point)
-}
-
-// setCrash sets the test hook.
-func (s *Sink) setCrash(f func(point string) bool) { s.crash.Store(&f) }
-
-func (s *Sink) kill() {
-	s.closed.Store(true)
-	s.stop()
-	s.loadsMu.Lock()
-	for l := range s.loads {
-		l.release()
-	}
-	s.loads = map[*load]struct{}{}
-	s.loadsMu.Unlock()
-	s.releaseLeases()
-}
-
 // lock takes the destination lock: a mutex within the process and an
 // exclusive flock on _sluice/lock across processes. Ledger appends,
 // publishing, compaction swaps, schema changes and recovery hold it.
@@ -288,7 +261,7 @@ func (s *Sink) lock(ctx context.Context) (unlock func(), err error) {
 // obtained) are; a stale load, a schema mismatch or a closed sink are not.
 func (s *Sink) Retryable(err error) bool {
 	if err == nil || errors.Is(err, sinks.ErrStale) || errors.Is(err, errClosed) ||
-		errors.Is(err, errCrash) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	if errors.Is(err, bolterrors.ErrTimeout) {
@@ -374,7 +347,7 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 // open, a file stays readable even if its version folder is removed.
 func (s *Sink) scanVersion(table string, m manifest, schema batch.Schema) (*batch.Batch, error) {
 	dir := s.lay.versionDir(table, m.Version)
-	files := make([]*os.File, 0, len(m.Files))
+	files := make([]fsys.File, 0, len(m.Files))
 	defer func() {
 		for _, f := range files {
 			f.Close()
@@ -382,7 +355,7 @@ func (s *Sink) scanVersion(table string, m manifest, schema batch.Schema) (*batc
 	}()
 	var rows int64
 	for _, fe := range m.Files {
-		f, err := os.Open(filepath.Join(dir, fe.Name))
+		f, err := s.disk.Open(filepath.Join(dir, fe.Name))
 		if err != nil {
 			return nil, err
 		}

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // The hidden state of a CDC target lives in a bbolt file,
@@ -52,7 +52,7 @@ func (s *Sink) openState(table string, readOnly bool) (*bolt.DB, error) {
 		if err := s.createState(table); err != nil {
 			return nil, err
 		}
-	} else if _, err := os.Stat(path); err != nil {
+	} else if _, err := s.disk.Stat(path); err != nil {
 		return nil, err
 	}
 	opts := &bolt.Options{Timeout: stateLockTimeout, ReadOnly: readOnly, FreelistType: bolt.FreelistMapType}
@@ -73,7 +73,7 @@ func (s *Sink) openState(table string, readOnly bool) (*bolt.DB, error) {
 // under the destination lock.
 func (s *Sink) createState(table string) error {
 	path := s.lay.stateFile(table)
-	if _, err := os.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := s.disk.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	tmp := s.lay.tmpFile("state-" + table + "-" + randomSuffix())
@@ -92,13 +92,13 @@ func (s *Sink) createState(table string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = s.disk.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		s.disk.Remove(tmp)
 		return fmt.Errorf("state of %s: %w", table, err)
 	}
-	return syncDir(s.lay.tableDir(table))
+	return s.disk.SyncDir(s.lay.tableDir(table))
 }
 
 func readThrough(tx *bolt.Tx) int64 {
@@ -127,12 +127,12 @@ var stateTxChunks = 128
 // state of a committed load (this one's or the one before), since states
 // are applied only after their commit. between, unless nil, runs after
 // each transaction but the last (a test's crash point).
-func applyStates(db *bolt.DB, seq int64, staged string, between func() error) (bool, error) {
+func applyStates(disk fsys.FS, db *bolt.DB, seq int64, staged string, between func() error) (bool, error) {
 	var through int64
 	if err := db.View(func(tx *bolt.Tx) error { through = readThrough(tx); return nil }); err != nil || through >= seq {
 		return false, err
 	}
-	p, err := readPairs(staged)
+	p, err := readPairs(disk, staged)
 	if err != nil {
 		return false, err
 	}
@@ -314,9 +314,6 @@ func (s *Sink) readCommitted(ctx context.Context, table, what string, read func(
 		}
 		if err := s.publishThrough(ctx, last); err != nil {
 			return fmt.Errorf("local: %s of %s: %w", what, table, err)
-		}
-		if err := s.crashAt("get-state-published"); err != nil {
-			return err
 		}
 	}
 }

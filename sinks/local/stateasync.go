@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -128,19 +127,10 @@ func (s *Sink) applyJobs(table string, jobs []stateJob) (int, error) {
 	}
 	for i, j := range jobs {
 		if j.seq > through {
-			if err := s.crashAt("publish-states"); err != nil {
-				return i, err
-			}
-			applied, err := applyStates(db, j.seq, s.lay.stagedStates(j.loadID, table), func() error { return s.crashAt("publish-states-part") })
-			if err != nil {
+			if _, err := applyStates(s.disk, db, j.seq, s.lay.stagedStates(j.loadID, table), s.betweenStates); err != nil {
 				return i, fmt.Errorf("committed load %s (seq %d): states: %w", j.loadID, j.seq, err)
 			}
 			through = j.seq
-			if applied {
-				if err := s.crashAt("publish-states+applied"); err != nil {
-					return i, err
-				}
-			}
 		}
 		s.jobDone(j.loadID)
 	}
@@ -165,7 +155,7 @@ func (s *Sink) jobDone(loadID string) {
 	s.statesMu.Unlock()
 	if n <= 0 {
 		dir := s.lay.stagingDir(loadID)
-		if err := os.RemoveAll(dir); err != nil {
+		if err := s.disk.RemoveAll(dir); err != nil {
 			s.log.Warn("staging folder not removed", "dir", dir, "err", err)
 		}
 	}

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // TestStatesAppliedAfterCommit commits loads whose states are applied
@@ -128,20 +129,27 @@ func TestGetStateWhileALoadCommits(t *testing.T) {
 	if err := commitCDC(ctx, s, custTable.Name, load("one")); err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	s.setCrash(func(point string) bool {
-		if point == "get-state-published" {
-			once.Do(func() {
-				if err := commitCDC(ctx, s, custTable.Name, load("two")); err != nil {
-					t.Error(err)
-				}
-			})
+	// Once GetState published (the last step of a publish lists the
+	// staging folders) and released the lock, the next load commits before
+	// GetState opens the state file again.
+	var published, done atomic.Bool
+	faulty(t, s).Set(func(op fsys.Op, path string) error {
+		switch {
+		case op == fsys.OpReadDir && path == s.lay.staging():
+			published.Store(true)
+		case op == fsys.OpStat && path == s.lay.stateFile(custTable.Name) && published.Load() && done.CompareAndSwap(false, true):
+			if err := commitCDC(ctx, s, custTable.Name, load("two")); err != nil {
+				t.Error(err)
+			}
 		}
-		return false
+		return nil
 	})
 	got, err := s.GetState(ctx, custTable.Name, []string{ck(1)})
 	if err != nil {
 		t.Fatalf("GetState while a load commits: %v", err)
+	}
+	if !done.Load() {
+		t.Fatal("the second load did not commit during GetState")
 	}
 	if string(got[ck(1)]) != "one" {
 		t.Fatalf("state %q, want the first load's", got[ck(1)])

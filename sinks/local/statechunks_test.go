@@ -12,12 +12,14 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
 // stageStates writes a load's staged states: value nil is a removal.
 func stageStates(t *testing.T, path string, keys []string, vals [][]byte) {
 	t.Helper()
-	pw, err := createPairs(path)
+	pw, err := createPairs(fsys.OS{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +162,7 @@ func TestChunkedStates(t *testing.T) {
 					// load, and the load applies again below.
 					after := rng.IntN(3)
 					crash := errors.New("crash")
-					_, err := applyStates(db, load, staged, func() error {
+					_, err := applyStates(fsys.OS{}, db, load, staged, func() error {
 						if after--; after < 0 {
 							return crash
 						}
@@ -182,7 +184,7 @@ func TestChunkedStates(t *testing.T) {
 						done = true
 					}
 				}
-				applied, err := applyStates(db, load, staged, func() error { parts++; return nil })
+				applied, err := applyStates(fsys.OS{}, db, load, staged, func() error { parts++; return nil })
 				if err != nil || applied == done {
 					t.Fatalf("load %d: applied %v, %v", load, applied, err)
 				}
@@ -198,7 +200,7 @@ func TestChunkedStates(t *testing.T) {
 				}
 				checkStates(t, db, model, []string{"a", "k0000x", "zz"}, 1+rng.IntN(40))
 				// Applied again, nothing changes.
-				if applied, err := applyStates(db, load, staged, nil); err != nil || applied {
+				if applied, err := applyStates(fsys.OS{}, db, load, staged, nil); err != nil || applied {
 					t.Fatalf("load %d again: applied %v, %v", load, applied, err)
 				}
 			}
@@ -275,7 +277,7 @@ func TestChunkedStatesMigrate(t *testing.T) {
 	}
 	staged := filepath.Join(t.TempDir(), "st")
 	stageStates(t, staged, []string{"k010", "k000", "new", "k099"}, [][]byte{[]byte("new 10"), nil, []byte("n"), nil})
-	if applied, err := applyStates(db, 8, staged, nil); err != nil || !applied {
+	if applied, err := applyStates(fsys.OS{}, db, 8, staged, nil); err != nil || !applied {
 		t.Fatalf("applied %v, %v", applied, err)
 	}
 	model["k010"], model["new"] = "new 10", "n"
