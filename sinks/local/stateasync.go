@@ -132,29 +132,31 @@ func (s *Sink) applyJobs(table string, jobs []stateJob) (int, error) {
 			}
 			through = j.seq
 		}
-		s.jobDone(j.loadID)
+		s.jobDone(j)
 	}
 	return len(jobs), nil
 }
 
 // jobDone counts a queued load's job done, and removes its staging folder
-// once none is left (publishPending removes those of loads not queued).
-// Runs under the lock.
-func (s *Sink) jobDone(loadID string) {
+// once none is left and every table of the load is published: a publish
+// that failed after queuing the load's states left the staged files of its
+// other tables for the next publish, which removes the folder then
+// (publishPending removes those of loads not queued). Runs under the lock.
+func (s *Sink) jobDone(j stateJob) {
 	s.statesMu.Lock()
-	n, queued := s.queuedLoads[loadID]
+	n, queued := s.queuedLoads[j.loadID]
 	if !queued {
 		s.statesMu.Unlock()
 		return
 	}
 	if n--; n <= 0 {
-		delete(s.queuedLoads, loadID)
+		delete(s.queuedLoads, j.loadID)
 	} else {
-		s.queuedLoads[loadID] = n
+		s.queuedLoads[j.loadID] = n
 	}
 	s.statesMu.Unlock()
-	if n <= 0 {
-		dir := s.lay.stagingDir(loadID)
+	if n <= 0 && j.seq <= s.pubd {
+		dir := s.lay.stagingDir(j.loadID)
 		if err := s.disk.RemoveAll(dir); err != nil {
 			s.log.Warn("staging folder not removed", "dir", dir, "err", err)
 		}
