@@ -254,8 +254,8 @@
 // and flock, all under one folder.
 //
 // Every file operation goes through Options.FS (sinks/local/fsys; the real
-// file system by default), but the flocks and bbolt's own files. The crash
-// tests fail there the operation that marks a step above (a version's
+// file system by default), except the flocks and bbolt's own files. The
+// crash tests fail there the operation that marks a step above (a version's
 // fsync, a swap's rename, the ledger's write) and every one after it, then
 // open a new Sink on the folder, as a process killed at that step would
 // leave it.
