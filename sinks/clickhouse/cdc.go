@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // CDC targets. A CDC target (SCD type 1 or 2) is two objects:
@@ -92,8 +93,8 @@ func validateCDC(t sinks.Table) error {
 	if t.Kind != sinks.KindSCD1 && t.Kind != sinks.KindSCD2 {
 		return fmt.Errorf("clickhouse: table %s: unknown kind %d", t.Name, t.Kind)
 	}
-	if len(physPrefix)+len(t.Name) > maxIdent {
-		return fmt.Errorf("clickhouse: table name %s: a CDC target's name has at most %d characters", t.Name, maxIdent-len(physPrefix))
+	if len(physPrefix)+len(t.Name) > chsql.MaxIdent {
+		return fmt.Errorf("clickhouse: table name %s: a CDC target's name has at most %d characters", t.Name, chsql.MaxIdent-len(physPrefix))
 	}
 	if len(t.Keys) == 0 {
 		return fmt.Errorf("clickhouse: table %s: a CDC target needs key columns", t.Name)
@@ -156,12 +157,12 @@ func (s *Sink) createPhysSQL(t sinks.Table) string {
 	for _, c := range t.Schema.Columns {
 		b.WriteString("\t" + columnDef(c, s.feat) + ",\n")
 	}
-	b.WriteString("\t" + quote(keyColumn) + " String COMMENT '" + keysComment + strings.Join(t.Keys, ",") + "',\n")
-	b.WriteString("\t" + quote(seqColumn) + " String,\n")
-	b.WriteString("\t" + quote(deletedColumn) + " UInt8,\n")
-	b.WriteString("\t" + quote(versionColumn) + " UInt64,\n")
-	b.WriteString("\t" + quote(batch.LoadIDColumn) + " String\n")
-	b.WriteString(") ENGINE = " + s.replacing(quote(versionColumn), quote(deletedColumn)))
+	b.WriteString("\t" + chsql.Quote(keyColumn) + " String COMMENT '" + keysComment + strings.Join(t.Keys, ",") + "',\n")
+	b.WriteString("\t" + chsql.Quote(seqColumn) + " String,\n")
+	b.WriteString("\t" + chsql.Quote(deletedColumn) + " UInt8,\n")
+	b.WriteString("\t" + chsql.Quote(versionColumn) + " UInt64,\n")
+	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String\n")
+	b.WriteString(") ENGINE = " + s.replacing(chsql.Quote(versionColumn), chsql.Quote(deletedColumn)))
 	if len(t.PartitionBy) > 0 {
 		b.WriteString(" PARTITION BY " + keyExpr(t.PartitionBy))
 	}
@@ -172,10 +173,10 @@ func (s *Sink) createPhysSQL(t sinks.Table) string {
 func (s *Sink) createViewSQL(name string, cols []column) string {
 	names := make([]string, len(cols))
 	for i, c := range cols {
-		names[i] = quote(c.Name)
+		names[i] = chsql.Quote(c.Name)
 	}
 	return "CREATE VIEW IF NOT EXISTS " + s.table(name) + " AS SELECT " + strings.Join(names, ", ") +
-		" FROM " + s.table(physName(name)) + " FINAL WHERE " + quote(deletedColumn) + " = 0"
+		" FROM " + s.table(physName(name)) + " FINAL WHERE " + chsql.Quote(deletedColumn) + " = 0"
 }
 
 // ensureCDC creates a CDC target's physical table and view when missing,
@@ -321,7 +322,7 @@ func kindName(k sinks.TableKind) string {
 // cdcInfo returns a CDC target's description, cached until Ensure changes
 // it; ErrUnknownTable when table is not a CDC target.
 func (s *Sink) cdcInfo(ctx context.Context, table string) (*cdcTable, error) {
-	if !validIdent(table) || len(physPrefix)+len(table) > maxIdent || strings.HasPrefix(table, sluicePrefix) {
+	if !chsql.ValidIdent(table) || len(physPrefix)+len(table) > chsql.MaxIdent || strings.HasPrefix(table, sluicePrefix) {
 		return nil, fmt.Errorf("clickhouse: table %q: %w", table, sinks.ErrUnknownTable)
 	}
 	s.mu.Lock()

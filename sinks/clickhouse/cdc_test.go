@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 var (
@@ -260,7 +261,7 @@ func TestValidateCDC(t *testing.T) {
 		{"key twice", func(t *sinks.Table) { t.Keys = []string{"id", "id"} }, "named twice"},
 		{"order_by not a key", func(t *sinks.Table) { t.OrderBy = []string{"v"} }, "not a key"},
 		{"partition_by not a key", func(t *sinks.Table) { t.PartitionBy = []string{"v"} }, "not a key"},
-		{"long name", func(t *sinks.Table) { t.Name = strings.Repeat("a", maxIdent-len(physPrefix)+1) }, "at most"},
+		{"long name", func(t *sinks.Table) { t.Name = strings.Repeat("a", chsql.MaxIdent-len(physPrefix)+1) }, "at most"},
 		{"append kind", func(t *sinks.Table) { t.Kind = 7 }, "unknown kind"},
 	}
 	for _, tc := range tests {
@@ -521,7 +522,7 @@ func TestCDCLease(t *testing.T) {
 	if err := a.AcquireLease(ctx, custTable.Name, "a", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := sleep(ctx, 2200*time.Millisecond); err != nil {
+	if err := chsql.Sleep(ctx, 2200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.AcquireLease(ctx, custTable.Name, "b", time.Minute); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // loadCDC is what a load wrote to one CDC target.
@@ -91,12 +92,12 @@ func (l *load) writeCDC(ctx context.Context, table string, phase int, rows *batc
 // the target is still there, into a retryable error: recovery in another
 // process took the load for abandoned.
 func (l *load) goneErr(ctx context.Context, table string, err error) error {
-	if !gone(err) {
+	if !chsql.Gone(err) {
 		return err
 	}
 	l.s.forget(table)
 	if _, derr := l.s.cdcInfo(ctx, table); derr == nil {
-		return transient("clickhouse: write to %s: load %s was removed by recovery as abandoned; retry: %v", table, l.meta.LoadID, err)
+		return chsql.Transient("clickhouse: write to %s: load %s was removed by recovery as abandoned; retry: %v", table, l.meta.LoadID, err)
 	}
 	return err
 }
@@ -132,13 +133,13 @@ func (l *load) TruncateBelow(ctx context.Context, table string, seq string) erro
 	}
 	cols := make([]string, 0, len(ct.info.columns)+3)
 	for _, c := range ct.info.columns {
-		cols = append(cols, quote(c.Name))
+		cols = append(cols, chsql.Quote(c.Name))
 	}
-	cols = append(cols, quote(keyColumn), quote(seqColumn))
+	cols = append(cols, chsql.Quote(keyColumn), chsql.Quote(seqColumn))
 	list := strings.Join(cols, ", ")
-	q := "INSERT INTO " + s.table(stage) + " (" + list + ", " + quote(deletedColumn) + ", " + quote(versionColumn) + ", " +
-		quote(batch.LoadIDColumn) + ") SELECT " + list + ", 1, toUInt64(" + strconv.FormatUint(version, 10) + "), ? FROM " +
-		s.table(ct.phys) + " FINAL WHERE " + quote(deletedColumn) + " = 0 AND " + quote(seqColumn) + " < unhex(?)"
+	q := "INSERT INTO " + s.table(stage) + " (" + list + ", " + chsql.Quote(deletedColumn) + ", " + chsql.Quote(versionColumn) + ", " +
+		chsql.Quote(batch.LoadIDColumn) + ") SELECT " + list + ", 1, toUInt64(" + strconv.FormatUint(version, 10) + "), ? FROM " +
+		s.table(ct.phys) + " FINAL WHERE " + chsql.Quote(deletedColumn) + " = 0 AND " + chsql.Quote(seqColumn) + " < unhex(?)"
 	if err := s.conn.Exec(ctx, q, l.meta.LoadID, hex.EncodeToString([]byte(seq))); err != nil {
 		return l.goneErr(ctx, table, fmt.Errorf("clickhouse: truncate %s: %w", table, err))
 	}
@@ -291,7 +292,7 @@ func (s *Sink) versionFloor(ctx context.Context, table string) (uint64, error) {
 		sql  string
 		args []any
 	}{
-		{"SELECT max(" + quote(versionColumn) + ") FROM " + s.table(physName(table)), nil},
+		{"SELECT max(" + chsql.Quote(versionColumn) + ") FROM " + s.table(physName(table)), nil},
 		{"SELECT max(version) FROM " + s.table(cdcStateTable) + " WHERE target = ?", []any{table}},
 	} {
 		v, err := s.queryUint(ctx, q.sql, q.args...)
@@ -323,7 +324,7 @@ func (s *Sink) checkLeases(l *load) error {
 	now := time.Now()
 	for _, table := range sortedKeys(l.cdc) {
 		if h, ok := s.leases[table]; ok && now.After(h.until) {
-			return transient("clickhouse: commit load %s: the lease of %s held by %s expired at %s; take it again before writing",
+			return chsql.Transient("clickhouse: commit load %s: the lease of %s held by %s expired at %s; take it again before writing",
 				l.meta.LoadID, table, h.holder, h.until.UTC().Format(time.RFC3339))
 		}
 	}

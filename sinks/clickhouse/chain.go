@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // The chain rule. Every Kafka partition (or file) a flow reads is a chain
@@ -40,12 +41,12 @@ func (s *Sink) acquire(ctx context.Context, l *load, slot string) error {
 	name := lockName(l.meta.Pipeline, l.meta.Flow, slot)
 	owner := encodeID(s.currentOwner())
 	for range 4 {
-		err := s.conn.Exec(ctx, "CREATE VIEW "+s.table(name)+" AS SELECT '"+l.enc+"' AS load_id, '"+owner+"' AS owner")
+		err := chsql.Lock(ctx, s.conn, s.opts.Database, name, chsql.Field{Name: "load_id", Value: l.enc}, chsql.Field{Name: "owner", Value: owner})
 		if err == nil {
 			l.locks = append(l.locks, name)
 			return nil
 		}
-		if !isCode(err, codeTableAlreadyExists) {
+		if !chsql.IsCode(err, chsql.CodeTableAlreadyExists) {
 			return fmt.Errorf("clickhouse: lock %s of flow %s: %w", slot, l.meta.Flow, err)
 		}
 		h, ok, err := s.holder(ctx, name, true)
@@ -64,7 +65,7 @@ func (s *Sink) acquire(ctx context.Context, l *load, slot string) error {
 		_, mine := s.pending[h.enc]
 		s.mu.Unlock()
 		if busy {
-			return transient("clickhouse: lock %s of flow %s: load %s of this process is committing it", slot, l.meta.Flow, h.enc)
+			return chsql.Transient("clickhouse: lock %s of flow %s: load %s of this process is committing it", slot, l.meta.Flow, h.enc)
 		}
 		take := mine
 		if !take {
@@ -88,41 +89,30 @@ func (s *Sink) acquire(ctx context.Context, l *load, slot string) error {
 			}
 		}
 		if !take {
-			return transient("clickhouse: lock %s of flow %s: load %s of a live process is committing it; retry later", slot, l.meta.Flow, h.enc)
+			return chsql.Transient("clickhouse: lock %s of flow %s: load %s of a live process is committing it; retry later", slot, l.meta.Flow, h.enc)
 		}
 		s.log.Info("lock of a finished or abandoned load removed", "lock", name, "slot", slot, "load", h.enc, "age", h.age)
 		if err := s.fence(ctx, name); err != nil {
 			return err
 		}
 	}
-	return transient("clickhouse: lock %s of flow %s: contended; retry later", slot, l.meta.Flow)
+	return chsql.Transient("clickhouse: lock %s of flow %s: contended; retry later", slot, l.meta.Flow)
 }
 
 // holder reads a lock view; ok is false when it is gone. withAge also
 // reads how old it is.
 func (s *Sink) holder(ctx context.Context, name string, withAge bool) (lockHolder, bool, error) {
 	var h lockHolder
-	rows, err := s.conn.Query(ctx, "SELECT load_id, owner FROM "+s.table(name))
-	if gone(err) {
+	vals, found, err := chsql.Holder(ctx, s.conn, s.opts.Database, name, "load_id", "owner")
+	if err != nil {
+		return h, false, fmt.Errorf("clickhouse: lock: %w", err)
+	}
+	if !found {
 		return h, false, nil
 	}
-	if err != nil {
-		return h, false, fmt.Errorf("clickhouse: read lock %s: %w", name, err)
-	}
-	found := false
-	for rows.Next() {
-		if err := rows.Scan(&h.enc, &h.owner); err != nil {
-			rows.Close()
-			return h, false, fmt.Errorf("clickhouse: read lock %s: %w", name, err)
-		}
-		found = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return h, false, fmt.Errorf("clickhouse: read lock %s: %w", name, err)
-	}
-	if !found || !withAge {
-		return h, found, nil
+	h.enc, h.owner = vals[0], vals[1]
+	if !withAge {
+		return h, true, nil
 	}
 	ages, err := s.objectAges(ctx, name)
 	if err != nil {
@@ -153,80 +143,35 @@ func (s *Sink) abandoned(ownerEnc string, age time.Duration, alive map[string]bo
 }
 
 // fence drops a lock, marker or staging table and waits until no running
-// query names it, so that whatever its holder was doing with it has either
-// finished or will fail.
+// query names it (chsql.Fence).
 func (s *Sink) fence(ctx context.Context, name string) error {
-	if err := s.exec(ctx, "drop "+name, s.dropStmt(name)); err != nil {
-		return err
+	if err := chsql.Fence(ctx, s.conn, s.opts.Database, name, s.dropSuffix()); err != nil {
+		return fmt.Errorf("clickhouse: %w", err)
 	}
-	return s.waitQueries(ctx, name)
+	return nil
 }
 
-// waitQueries waits until no running query other than this wait mentions
-// name. Dropping or renaming a table waits for the queries using it in an
-// Ordinary database (ClickHouse 18.16), not in an Atomic one; this makes both
-// behave alike.
+// waitQueries waits until no running query names name (chsql.WaitQueries).
 func (s *Sink) waitQueries(ctx context.Context, name string) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		rows, err := s.conn.Query(ctx, "SELECT count() FROM system.processes WHERE position(query, ?) > 0 AND position(query, 'system.processes') = 0", name)
-		if err != nil {
-			return fmt.Errorf("clickhouse: wait for queries on %s: %w", name, err)
-		}
-		var n uint64
-		for rows.Next() {
-			if err := rows.Scan(&n); err != nil {
-				rows.Close()
-				return fmt.Errorf("clickhouse: wait for queries on %s: %w", name, err)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("clickhouse: wait for queries on %s: %w", name, err)
-		}
-		if n == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return transient("clickhouse: %d queries still use %s", n, name)
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
+	if err := chsql.WaitQueries(ctx, s.conn, s.opts.Database, name); err != nil {
+		return fmt.Errorf("clickhouse: %w", err)
 	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return nil
 }
 
 // objectAges returns the age of sluice's tables and views by name (all of
-// them when names is empty), by the server's clock. An object whose
-// metadata time reads as zero (listed while its metadata file is being
-// written or removed) is taken as just made: only a time seen is old.
+// them when names is empty), by the server's clock (chsql.Ages).
 func (s *Sink) objectAges(ctx context.Context, names ...string) (map[string]time.Duration, error) {
-	q := "SELECT name, toInt64(toUnixTimestamp(now())), toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND startsWith(name, '" + sluicePrefix + "')"
-	args := []any{s.opts.Database}
-	if len(names) > 0 {
-		q += " AND name IN (" + placeholders(len(names)) + ")"
-		for _, n := range names {
-			args = append(args, n)
-		}
-	}
 	var out map[string]time.Duration
 	err := retrySystem(ctx, func() error {
 		var err error
-		out, err = s.readAges(ctx, q, args)
+		out, err = chsql.Ages(ctx, s.conn, s.opts.Database, sluicePrefix, names...)
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: %w", err)
+	}
+	return out, nil
 }
 
 // retrySystem runs a read of ClickHouse's system tables again when it fails
@@ -235,42 +180,13 @@ func (s *Sink) objectAges(ctx context.Context, names ...string) (map[string]time
 func retrySystem(ctx context.Context, read func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := read()
-		if err == nil || !gone(err) || attempt == 10 {
+		if err == nil || !chsql.Gone(err) || attempt == 10 {
 			return err
 		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+		if err := chsql.Sleep(ctx, 10*time.Millisecond); err != nil {
 			return err
 		}
 	}
-}
-
-func (s *Sink) readAges(ctx context.Context, q string, args []any) (map[string]time.Duration, error) {
-	rows, err := s.conn.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: list sluice objects: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]time.Duration{}
-	for rows.Next() {
-		var name string
-		var now, made int64
-		if err := rows.Scan(&name, &now, &made); err != nil {
-			return nil, fmt.Errorf("clickhouse: list sluice objects: %w", err)
-		}
-		var age int64
-		if made > 0 {
-			age = now - made
-		}
-		out[name] = time.Duration(age) * time.Second
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("clickhouse: list sluice objects: %w", err)
-	}
-	return out, nil
-}
-
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
 // heads returns, for each slot, the position the flow's committed loads
@@ -283,7 +199,7 @@ func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string,
 	}
 	args = append(args, "*")
 	rows, err := s.conn.Query(ctx, "SELECT positions, committed_at, committed_us FROM "+s.table(batch.LoadsTable)+
-		" WHERE pipeline = ? AND flow = ? AND slot IN ("+placeholders(len(slots)+1)+")", args...)
+		" WHERE pipeline = ? AND flow = ? AND slot IN ("+chsql.Placeholders(len(slots)+1)+")", args...)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
 	}
@@ -360,7 +276,7 @@ func (s *Sink) insertRow(ctx context.Context, l *load, c sinks.Commit, at time.T
 		c.Rows, c.DeadLetters, l.meta.Generation, tsArg, c.From.Encode(), ledgerSlot(c.To), at.Nanosecond() / 1000}
 	if len(l.replace) > 0 {
 		// The partitions to replace are committed with the load (replace.go).
-		cols, vals = ", "+quote(replacedColumn), ", ?"
+		cols, vals = ", "+chsql.Quote(replacedColumn), ", ?"
 		args = append(args, encodeReplaced(l.replace))
 	}
 	q := "INSERT INTO " + s.table(batch.LoadsTable) +
@@ -414,7 +330,7 @@ func (s *Sink) committedAt(ctx context.Context, ids []string) (map[string]time.T
 			args[i] = id
 		}
 		rows, err := s.conn.Query(ctx, "SELECT load_id, committed_at FROM "+s.table(batch.LoadsTable)+
-			" WHERE load_id IN ("+placeholders(len(chunk))+")", args...)
+			" WHERE load_id IN ("+chsql.Placeholders(len(chunk))+")", args...)
 		if err != nil {
 			return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
 		}

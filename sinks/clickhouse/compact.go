@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Compaction of CDC targets. A ReplacingMergeTree keeps the newest version
@@ -76,9 +78,9 @@ func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, 
 	}
 	var dropped int64
 	for _, c := range []compactee{
-		{what: table, name: ct.phys, deleted: quote(deletedColumn), version: quote(versionColumn)},
+		{what: table, name: ct.phys, deleted: chsql.Quote(deletedColumn), version: chsql.Quote(versionColumn)},
 		{what: "the state of " + table, name: cdcStateTable, partition: " PARTITION '" + table + "'",
-			filter: "target = ?", args: []any{table}, deleted: quote("deleted"), version: quote("version")},
+			filter: "target = ?", args: []any{table}, deleted: chsql.Quote("deleted"), version: chsql.Quote("version")},
 	} {
 		n, err := s.compactOne(ctx, c, share)
 		dropped += n
@@ -163,7 +165,7 @@ func (s *Sink) optimizeFinal(ctx context.Context, c compactee) error {
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"optimize_throw_if_noop": 1}))
 	for attempt := 0; ; attempt++ {
 		err := s.conn.Exec(ctx, "OPTIMIZE TABLE "+s.table(c.name)+c.partition+" FINAL")
-		if err == nil || !isCode(err, codeCannotAssignOptimize) || attempt == 20 {
+		if err == nil || !chsql.IsCode(err, chsql.CodeCannotAssignOptimize) || attempt == 20 {
 			return err
 		}
 		select {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // tableInfo is an existing table as the sink reads it back from the server.
@@ -68,32 +69,30 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	if ready {
 		return nil
 	}
-	db := quote(s.opts.Database)
+	db := chsql.Quote(s.opts.Database)
 	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+db); err != nil {
 		return err
 	}
-	engine, err := s.databaseEngine(ctx)
+	engine, err := chsql.DatabaseEngine(ctx, s.conn, s.opts.Database)
 	if err != nil {
-		return err
+		return fmt.Errorf("clickhouse: %w", err)
 	}
 	ts := chType(batch.Timestamp, false, s.feat)
 	stmts := []struct{ what, sql string }{
 		{"create " + batch.LoadsTable, "CREATE TABLE IF NOT EXISTS " + s.table(batch.LoadsTable) + ` (
 	load_id String, pipeline String, flow String, targets String, positions String,
 	rows Int64, dead_letters Int64, generation Int64, committed_at ` + ts + `,
-	from_positions String, slot String, committed_us UInt32, ` + quote(replacedColumn) + ` String
+	from_positions String, slot String, committed_us UInt32, ` + chsql.Quote(replacedColumn) + ` String
 ) ENGINE = MergeTree ORDER BY (pipeline, flow, slot, committed_at, load_id)`},
 		{"create " + batch.DeadLettersTable, s.createSQL(batch.DeadLettersTable, batch.DeadLetterSchema.Columns,
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
-		{"create " + stateTable, "CREATE TABLE IF NOT EXISTS " + s.table(stateTable) + ` (
-	key String, value String, revision UInt64, updated_at DateTime('UTC')
-) ENGINE = ReplacingMergeTree(revision) ORDER BY key`},
+		{"create " + stateTable, chsql.StateDDL(s.opts.Database)},
 		{"create " + heartbeatsTable, "CREATE TABLE IF NOT EXISTS " + s.table(heartbeatsTable) + ` (
 	pipeline String, id String, kind String, host String, pid Int64,
 	beat_at DateTime('UTC'), expires DateTime('UTC'), ended UInt8, version UInt64
 ) ENGINE = ReplacingMergeTree(version) ORDER BY (pipeline, id)`},
 		{"create " + cdcStateTable, "CREATE TABLE IF NOT EXISTS " + s.table(cdcStateTable) + ` (
-	target String, key String, value String, deleted UInt8, version UInt64, ` + quote(batch.LoadIDColumn) + ` String
+	target String, key String, value String, deleted UInt8, version UInt64, ` + chsql.Quote(batch.LoadIDColumn) + ` String
 ) ENGINE = ` + s.replacing("version", "deleted") + ` PARTITION BY target ORDER BY (target, key)`},
 		{"create " + resetsTable, "CREATE TABLE IF NOT EXISTS " + s.table(resetsTable) + ` (
 	reset_id String, pipeline String, kind String, flows String, tables String,
@@ -113,29 +112,9 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.systemReady = true
-	if engine == "Atomic" || engine == "Replicated" {
-		s.dropSync = " SYNC"
-	}
+	s.dropSync = chsql.DropSuffix(engine)
 	s.mu.Unlock()
 	return nil
-}
-
-func (s *Sink) databaseEngine(ctx context.Context) (string, error) {
-	rows, err := s.conn.Query(ctx, "SELECT engine FROM system.databases WHERE name = ?", s.opts.Database)
-	if err != nil {
-		return "", fmt.Errorf("clickhouse: read database engine: %w", err)
-	}
-	defer rows.Close()
-	var engine string
-	for rows.Next() {
-		if err := rows.Scan(&engine); err != nil {
-			return "", fmt.Errorf("clickhouse: read database engine: %w", err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("clickhouse: read database engine: %w", err)
-	}
-	return engine, nil
 }
 
 // createSQL renders CREATE TABLE IF NOT EXISTS for a table of sluice's
@@ -150,7 +129,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 		b.WriteString(columnDef(c, s.feat))
 		b.WriteString(",\n")
 	}
-	b.WriteString("\t" + quote(batch.LoadIDColumn) + " String\n) ENGINE = MergeTree")
+	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String\n) ENGINE = MergeTree")
 	if partitionBy != "" {
 		b.WriteString(" PARTITION BY " + partitionBy)
 	}
@@ -159,7 +138,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 }
 
 func columnDef(c batch.Column, f features) string {
-	def := quote(c.Name) + " " + chType(c.Type, c.Nullable, f)
+	def := chsql.Quote(c.Name) + " " + chType(c.Type, c.Nullable, f)
 	if c.Type.Kind == batch.KindBytes {
 		def += " COMMENT '" + bytesComment + "'"
 	}
@@ -173,11 +152,11 @@ func keyExpr(cols []string) string {
 	case 0:
 		return "tuple()"
 	case 1:
-		return quote(cols[0])
+		return chsql.Quote(cols[0])
 	}
 	q := make([]string, len(cols))
 	for i, c := range cols {
-		q[i] = quote(c)
+		q[i] = chsql.Quote(c)
 	}
 	return "(" + strings.Join(q, ", ") + ")"
 }
@@ -196,7 +175,7 @@ func normKey(k string) string {
 }
 
 func validateTable(t sinks.Table) error {
-	if !validIdent(t.Name) {
+	if !chsql.ValidIdent(t.Name) {
 		return fmt.Errorf("clickhouse: table name %q: use letters, digits and underscores", t.Name)
 	}
 	if strings.HasPrefix(strings.ToLower(t.Name), sluicePrefix) {
@@ -207,7 +186,7 @@ func validateTable(t sinks.Table) error {
 	}
 	seen := map[string]batch.Column{}
 	for _, c := range t.Schema.Columns {
-		if !validIdent(c.Name) {
+		if !chsql.ValidIdent(c.Name) {
 			return fmt.Errorf("clickhouse: table %s: column name %q: use letters, digits and underscores", t.Name, c.Name)
 		}
 		if strings.HasPrefix(strings.ToLower(c.Name), sluicePrefix) {
@@ -297,16 +276,16 @@ func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, ad
 		after = info.columns[n-1].Name
 	}
 	for _, c := range add {
-		stmt := "ALTER TABLE " + s.table(table) + " ADD COLUMN " + quote(c.Name) + " " + chType(c.Type, true, s.feat)
+		stmt := "ALTER TABLE " + s.table(table) + " ADD COLUMN " + chsql.Quote(c.Name) + " " + chType(c.Type, true, s.feat)
 		if after != "" {
-			stmt += " AFTER " + quote(after)
+			stmt += " AFTER " + chsql.Quote(after)
 		}
 		if err := s.exec(ctx, "add column "+c.Name+" to "+table, stmt); err != nil {
 			return err
 		}
 		if c.Type.Kind == batch.KindBytes {
 			if err := s.exec(ctx, "comment column "+c.Name+" of "+table, "ALTER TABLE "+s.table(table)+
-				" COMMENT COLUMN "+quote(c.Name)+" '"+bytesComment+"'"); err != nil {
+				" COMMENT COLUMN "+chsql.Quote(c.Name)+" '"+bytesComment+"'"); err != nil {
 				return err
 			}
 		}

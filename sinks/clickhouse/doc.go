@@ -26,5 +26,6 @@
 // batches and positions and knows nothing of Kafka or files beyond what a
 // position records. Values of rows and states travel as column data or bound
 // by the driver, never spliced into SQL; identifiers are validated and
-// quoted.
+// quoted. The SQL plumbing it shares with the checkpoint store
+// (checkpoint/clickhouse) is sinks/clickhouse/chsql.
 package clickhouse

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // faultConn wraps a connection and fails statements that contain a string,
@@ -401,7 +402,7 @@ func TestLockFencesLateWriter(t *testing.T) {
 	}
 	// The stopped writer wakes up and inserts its ledger row.
 	c := sinks.Commit{From: kafkaPos(-1), To: kafkaPos(10), Rows: 10}
-	if err := s1.insertRow(ctx, l1, c, time.Now()); err != nil && !gone(err) {
+	if err := s1.insertRow(ctx, l1, c, time.Now()); err != nil && !chsql.Gone(err) {
 		t.Fatalf("late insert: %v", err)
 	}
 	if n, err := s1.rowCount(ctx, l1, c); err != nil || n != 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Leases live in _sluice_leases, a ReplacingMergeTree(version) ordered by
@@ -64,7 +65,7 @@ func (s *Sink) AcquireLease(ctx context.Context, table, holder string, ttl time.
 	if holder == "" || ttl <= 0 {
 		return fmt.Errorf("clickhouse: lease of %s: want a holder and a positive ttl", table)
 	}
-	if !validIdent(table) {
+	if !chsql.ValidIdent(table) {
 		return fmt.Errorf("clickhouse: lease of %q: %w", table, sinks.ErrUnknownTable)
 	}
 	if err := s.ensureSystem(ctx); err != nil {
@@ -112,7 +113,7 @@ func (s *Sink) AcquireLease(ctx context.Context, table, holder string, ttl time.
 
 // ReleaseLease gives the lease of table up if holder has it.
 func (s *Sink) ReleaseLease(ctx context.Context, table, holder string) error {
-	if !validIdent(table) {
+	if !chsql.ValidIdent(table) {
 		return fmt.Errorf("clickhouse: lease of %q: %w", table, sinks.ErrUnknownTable)
 	}
 	if err := s.ensureSystem(ctx); err != nil {
@@ -149,11 +150,11 @@ func (s *Sink) withLeaseLock(ctx context.Context, table, holder string, do func(
 	owner := encodeID(holder)
 	deadline := time.Now().Add(leaseLockWait)
 	for {
-		err := s.conn.Exec(ctx, "CREATE VIEW "+s.table(name)+" AS SELECT '"+owner+"' AS holder")
+		err := chsql.Lock(ctx, s.conn, s.opts.Database, name, chsql.Field{Name: "holder", Value: owner})
 		if err == nil {
 			break
 		}
-		if !isCode(err, codeTableAlreadyExists) {
+		if !chsql.IsCode(err, chsql.CodeTableAlreadyExists) {
 			return fmt.Errorf("clickhouse: lease of %s: lock: %w", table, err)
 		}
 		ages, err := s.objectAges(ctx, name)
@@ -168,9 +169,9 @@ func (s *Sink) withLeaseLock(ctx context.Context, table, holder string, do func(
 			continue
 		}
 		if time.Now().After(deadline) {
-			return transient("clickhouse: lease of %s: another process is taking or renewing it; retry", table)
+			return chsql.Transient("clickhouse: lease of %s: another process is taking or renewing it; retry", table)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := chsql.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -208,8 +209,8 @@ func (s *Sink) readLease(ctx context.Context, table string) (leaseRow, bool, err
 func (s *Sink) writeLease(ctx context.Context, table, lock, locker, holder, expires string, version uint64) error {
 	err := s.conn.Exec(ctx, "INSERT INTO "+s.table(leasesTable)+" (target, holder, expires, version) SELECT ?, ?, "+expires+
 		", toUInt64("+strconv.FormatUint(version, 10)+") FROM "+s.table(lock)+" WHERE holder = ?", table, holder, encodeID(locker))
-	if gone(err) {
-		return transient("clickhouse: write lease of %s: the lease lock was taken meanwhile; retry: %v", table, err)
+	if chsql.Gone(err) {
+		return chsql.Transient("clickhouse: write lease of %s: the lease lock was taken meanwhile; retry: %v", table, err)
 	}
 	if err != nil {
 		return fmt.Errorf("clickhouse: write lease of %s: %w", table, err)
@@ -219,7 +220,7 @@ func (s *Sink) writeLease(ctx context.Context, table, lock, locker, holder, expi
 		return err
 	}
 	if !found || cur.version != version || cur.holder != holder {
-		return transient("clickhouse: write lease of %s: the lease lock was taken meanwhile; retry", table)
+		return chsql.Transient("clickhouse: write lease of %s: the lease lock was taken meanwhile; retry", table)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 type loadState uint8
@@ -84,10 +85,10 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 	if dup || dup2 {
 		return nil, fmt.Errorf("clickhouse: load id %s is already in use", meta.LoadID)
 	}
-	err := s.conn.Exec(ctx, "CREATE VIEW "+s.table(markerName(l.enc))+" AS SELECT '"+owner+"' AS owner")
+	err := chsql.Lock(ctx, s.conn, s.opts.Database, markerName(l.enc), chsql.Field{Name: "owner", Value: owner})
 	if err != nil {
 		s.done(l)
-		if isCode(err, codeTableAlreadyExists) {
+		if chsql.IsCode(err, chsql.CodeTableAlreadyExists) {
 			return nil, fmt.Errorf("clickhouse: load id %s was used before", meta.LoadID)
 		}
 		return nil, fmt.Errorf("clickhouse: begin load %s: %w", meta.LoadID, err)
@@ -147,12 +148,12 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 		return err
 	}
 	if err := l.stage(ctx, table, names, vals, n); err != nil {
-		if gone(err) {
+		if chsql.Gone(err) {
 			// The staging table or the marker went: recovery in another
 			// process took this load for abandoned. The target is there, so
 			// the batch can be loaded again as a new load.
 			if info, derr := s.describe(ctx, table); derr == nil && info != nil {
-				return transient("clickhouse: write to %s: load %s was removed by recovery as abandoned; retry: %v", table, l.meta.LoadID, err)
+				return chsql.Transient("clickhouse: write to %s: load %s was removed by recovery as abandoned; retry: %v", table, l.meta.LoadID, err)
 			}
 		}
 		return err
@@ -179,7 +180,7 @@ func (l *load) ensureStage(ctx context.Context, table string) (string, error) {
 	l.stages[table] = stage
 	l.unsure[table] = true
 	err := s.exec(ctx, "create staging table for "+table, "CREATE TABLE "+s.table(stage)+" AS "+s.table(table))
-	if err != nil && !(tried && isCode(err, codeTableAlreadyExists)) {
+	if err != nil && !(tried && chsql.IsCode(err, chsql.CodeTableAlreadyExists)) {
 		return "", err
 	}
 	// Created now, or by this load's earlier CREATE whose answer was lost
@@ -189,7 +190,7 @@ func (l *load) ensureStage(ctx context.Context, table string) (string, error) {
 	// staging table's alone (ATTACH and REPLACE PARTITION compare column
 	// names and types).
 	if err := s.exec(ctx, "create staging table for "+table, "ALTER TABLE "+s.table(stage)+" MODIFY COLUMN "+
-		quote(batch.LoadIDColumn)+" String DEFAULT "+literal(l.meta.LoadID)); err != nil {
+		chsql.Quote(batch.LoadIDColumn)+" String DEFAULT "+literal(l.meta.LoadID)); err != nil {
 		return "", err
 	}
 	delete(l.unsure, table)
@@ -207,7 +208,7 @@ func (l *load) stage(ctx context.Context, table string, names []string, vals []a
 	}
 	quoted := make([]string, 0, len(names))
 	for _, name := range names {
-		quoted = append(quoted, quote(name))
+		quoted = append(quoted, chsql.Quote(name))
 	}
 	bt, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.table(stage)+" ("+strings.Join(quoted, ", ")+")")
 	if err != nil {
@@ -401,7 +402,7 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := s.insertRow(ctx, l, c, at); err != nil && !gone(err) {
+	if err := s.insertRow(ctx, l, c, at); err != nil && !chsql.Gone(err) {
 		// The row may or may not have landed: find out later, after fencing.
 		s.setPending(l, unknownCommit)
 		return err
@@ -419,7 +420,7 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 			return fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
 				strings.Join(stale, "; "), sinks.ErrStale)
 		}
-		return transient("clickhouse: commit load %s: recovery fenced it off as abandoned; nothing was committed, retry", l.meta.LoadID)
+		return chsql.Transient("clickhouse: commit load %s: recovery fenced it off as abandoned; nothing was committed, retry", l.meta.LoadID)
 	}
 	l.state = stateCommitted
 	if err := s.releaseLocks(ctx, l); err != nil {
@@ -428,7 +429,7 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 	s.log.Debug("load committed", "load", l.meta.LoadID, "flow", l.meta.Flow, "to", c.To.Encode(), "rows", c.Rows)
 	if err := s.publish(ctx, l); err != nil {
 		s.setPending(l, unpublished)
-		return transient("clickhouse: load %s is committed; publishing it failed and is retried: %v", l.meta.LoadID, err)
+		return chsql.Transient("clickhouse: load %s is committed; publishing it failed and is retried: %v", l.meta.LoadID, err)
 	}
 	return nil
 }

@@ -9,13 +9,14 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Names of sluice's own tables and of the per-load objects the delivery
 // protocol creates in the destination database.
 const (
 	sluicePrefix    = "_sluice_"
-	stateTable      = "_sluice_state"
+	stateTable      = chsql.StateTable
 	heartbeatsTable = "_sluice_heartbeats"
 
 	// A load's staging table for one target: _sluice_stage<epoch>_<enc>__<table>.
@@ -32,30 +33,7 @@ const (
 
 	bytesComment = "sluice:bytes"
 	maxLoadID    = 64
-	maxIdent     = 100
 )
-
-// validIdent reports whether s can name a database, table or column: ASCII
-// letters, digits and underscores, not starting with a digit.
-func validIdent(s string) bool {
-	if s == "" || len(s) > maxIdent {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// quote quotes an identifier that validIdent accepted, or a name built from
-// such parts.
-func quote(s string) string { return "`" + s + "`" }
 
 // encodeID maps a load id or owner id onto [A-Za-z0-9_]: letters and digits
 // stay, every other byte becomes _ and two hex digits. The result never holds
@@ -115,7 +93,7 @@ func parseStage(name string) (epoch int, enc, table string, ok bool) {
 		return 0, "", "", false
 	}
 	enc, table, found = strings.Cut(rest, "__")
-	if !found || enc == "" || !validIdent(table) {
+	if !found || enc == "" || !chsql.ValidIdent(table) {
 		return 0, "", "", false
 	}
 	return epoch, enc, table, true

@@ -64,22 +64,6 @@ func TestParseNames(t *testing.T) {
 	}
 }
 
-func TestValidIdent(t *testing.T) {
-	tests := []struct {
-		s    string
-		want bool
-	}{
-		{"orders", true}, {"_x1", true}, {"Order_2", true},
-		{"", false}, {"1abc", false}, {"a-b", false}, {"a b", false}, {"a`b", false}, {"naïve", false},
-		{strings.Repeat("a", maxIdent+1), false},
-	}
-	for _, tc := range tests {
-		if got := validIdent(tc.s); got != tc.want {
-			t.Errorf("validIdent(%q) = %v, want %v", tc.s, got, tc.want)
-		}
-	}
-}
-
 func TestPartitionIDs(t *testing.T) {
 	for _, tc := range []struct {
 		part, id string

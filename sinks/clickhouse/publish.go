@@ -9,9 +9,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
-
-const codeIncompatibleColumns = 122
 
 // publish replaces the partitions the load lists (see replace.go) and
 // attaches every other partition of the load's staging tables to their
@@ -19,7 +18,7 @@ const codeIncompatibleColumns = 122
 // publication over (a staging table is gone), publishing is its job.
 func (s *Sink) publish(ctx context.Context, l *load) error {
 	if s.failPublish.CompareAndSwap(true, false) {
-		return transient("clickhouse: publish load %s: failed by a test", l.meta.LoadID)
+		return chsql.Transient("clickhouse: publish load %s: failed by a test", l.meta.LoadID)
 	}
 	for _, table := range sortedKeys(l.stages) {
 		stage := l.stages[table]
@@ -39,7 +38,7 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 		}
 		for _, step := range steps {
 			err := step()
-			if gone(err) {
+			if chsql.Gone(err) {
 				// Either recovery renamed the staging table (it publishes
 				// the load now), or the target itself is gone.
 				ages, aerr := s.objectAges(ctx, stage)
@@ -82,7 +81,7 @@ func (s *Sink) movePartition(ctx context.Context, verb, table, stage, pid string
 	}
 	stmt := "ALTER TABLE " + s.table(table) + " " + verb + " PARTITION ID '" + pid + "' FROM " + s.table(stage)
 	err := s.conn.Exec(ctx, stmt)
-	if isCode(err, codeIncompatibleColumns) {
+	if chsql.IsCode(err, chsql.CodeIncompatibleColumns) {
 		if aerr := s.alignStage(ctx, table, stage); aerr != nil {
 			return aerr
 		}
@@ -114,16 +113,16 @@ func (s *Sink) alignStage(ctx context.Context, table, stage string) error {
 			if !c.Nullable {
 				return fmt.Errorf("clickhouse: staging table %s lacks column %s of %s, which is not nullable", stage, c.Name, table)
 			}
-			stmt := "ALTER TABLE " + s.table(stage) + " ADD COLUMN " + quote(c.Name) + " " + c.chType
+			stmt := "ALTER TABLE " + s.table(stage) + " ADD COLUMN " + chsql.Quote(c.Name) + " " + c.chType
 			if prev != "" {
-				stmt += " AFTER " + quote(prev)
+				stmt += " AFTER " + chsql.Quote(prev)
 			}
 			if err := s.exec(ctx, "align staging table "+stage, stmt); err != nil {
 				return err
 			}
 			if c.Type.Kind == batch.KindBytes {
 				if err := s.exec(ctx, "align staging table "+stage, "ALTER TABLE "+s.table(stage)+" COMMENT COLUMN "+
-					quote(c.Name)+" '"+bytesComment+"'"); err != nil {
+					chsql.Quote(c.Name)+" '"+bytesComment+"'"); err != nil {
 					return err
 				}
 			}
@@ -172,7 +171,7 @@ func (s *Sink) readPartitions(ctx context.Context, table string) ([]string, erro
 // GROUP BY and no PREWHERE.)
 func (s *Sink) loadPartitions(ctx context.Context, table, loadID string) (map[string]bool, error) {
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"optimize_move_to_prewhere": 0}))
-	rows, err := s.conn.Query(ctx, "SELECT _part FROM "+s.table(table)+" WHERE "+quote(batch.LoadIDColumn)+" = ? GROUP BY _part", loadID)
+	rows, err := s.conn.Query(ctx, "SELECT _part FROM "+s.table(table)+" WHERE "+chsql.Quote(batch.LoadIDColumn)+" = ? GROUP BY _part", loadID)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: find published partitions of load %s in %s: %w", loadID, table, err)
 	}
@@ -218,7 +217,7 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string, liste
 		if err == nil {
 			break
 		}
-		if (gone(err) || isCode(err, codeTableAlreadyExists)) && attempt < 5 {
+		if (chsql.Gone(err) || chsql.IsCode(err, chsql.CodeTableAlreadyExists)) && attempt < 5 {
 			continue // another recovery moved it first
 		}
 		return fmt.Errorf("clickhouse: take over staging table %s: %w", cur, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Recover rolls committed loads forward, removes the uncommitted loads,
@@ -269,24 +270,12 @@ func (s *Sink) finishCommitted(ctx context.Context, lo *loadObjects) error {
 // markerOwner reads the owner a load's marker names; ok is false when the
 // marker is gone.
 func (s *Sink) markerOwner(ctx context.Context, enc string) (string, bool, error) {
-	rows, err := s.conn.Query(ctx, "SELECT owner FROM "+s.table(markerName(enc)))
-	if gone(err) {
+	vals, found, err := chsql.Holder(ctx, s.conn, s.opts.Database, markerName(enc), "owner")
+	if err != nil {
+		return "", false, fmt.Errorf("clickhouse: marker of load %s: %w", enc, err)
+	}
+	if !found {
 		return "", false, nil
 	}
-	if err != nil {
-		return "", false, fmt.Errorf("clickhouse: read marker of load %s: %w", enc, err)
-	}
-	defer rows.Close()
-	var owner string
-	found := false
-	for rows.Next() {
-		if err := rows.Scan(&owner); err != nil {
-			return "", false, fmt.Errorf("clickhouse: read marker of load %s: %w", enc, err)
-		}
-		found = true
-	}
-	if err := rows.Err(); err != nil {
-		return "", false, fmt.Errorf("clickhouse: read marker of load %s: %w", enc, err)
-	}
-	return owner, found, nil
+	return vals[0], true, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Replacing partitions (write: replace_partitions). A load that replaces
@@ -57,7 +58,7 @@ func parsePlist(name string) (enc, table string, ok bool) {
 		return "", "", false
 	}
 	enc, table, found = strings.Cut(rest, "__")
-	return enc, table, found && enc != "" && validIdent(table)
+	return enc, table, found && enc != "" && chsql.ValidIdent(table)
 }
 
 // ReplacePartitions makes the load replace, in table, the partitions listed
@@ -184,7 +185,7 @@ func (l *load) partitionIDs(ctx context.Context, table string, cols []column, pa
 	}
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
-		quoted[i] = quote(c.Name)
+		quoted[i] = chsql.Quote(c.Name)
 	}
 	stmt := "INSERT INTO " + s.table(name) + " (" + strings.Join(quoted, ", ") + ")"
 	for from := 0; from < parts.Len(); from += maxListInsert {
@@ -270,7 +271,7 @@ func decodeReplaced(loadID, text string) (map[string][]string, error) {
 		return nil, fmt.Errorf("clickhouse: ledger row of load %s: replaced partitions: %w", loadID, err)
 	}
 	for table, ids := range m {
-		if !validIdent(table) {
+		if !chsql.ValidIdent(table) {
 			return nil, fmt.Errorf("clickhouse: ledger row of load %s: replaced partitions of table %q, which sluice cannot name", loadID, table)
 		}
 		for _, id := range ids {
@@ -285,7 +286,7 @@ func decodeReplaced(loadID, text string) (map[string][]string, error) {
 // ledgerReplaced returns the partitions a committed load replaces, by
 // table, from its ledger row.
 func (s *Sink) ledgerReplaced(ctx context.Context, loadID string) (map[string][]string, error) {
-	rows, err := s.conn.Query(ctx, "SELECT "+quote(replacedColumn)+" FROM "+s.table(batch.LoadsTable)+" WHERE load_id = ?", loadID)
+	rows, err := s.conn.Query(ctx, "SELECT "+chsql.Quote(replacedColumn)+" FROM "+s.table(batch.LoadsTable)+" WHERE load_id = ?", loadID)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: read replaced partitions of load %s: %w", loadID, err)
 	}
@@ -332,7 +333,7 @@ func (s *Sink) ensureReplacedColumn(ctx context.Context) error {
 		return err
 	}
 	err = s.exec(ctx, "add column "+replacedColumn+" to "+batch.LoadsTable,
-		"ALTER TABLE "+s.table(batch.LoadsTable)+" ADD COLUMN "+quote(replacedColumn)+" String")
+		"ALTER TABLE "+s.table(batch.LoadsTable)+" ADD COLUMN "+chsql.Quote(replacedColumn)+" String")
 	if err == nil {
 		s.log.Info("column added", "table", batch.LoadsTable, "column", replacedColumn, "type", "String")
 		return nil

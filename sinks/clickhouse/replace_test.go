@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 	"github.com/sluicehq/sluice/sinks/sinktest"
 )
 
@@ -506,13 +507,13 @@ func TestReplaceOldLedger(t *testing.T) {
 	db := newDatabase(t, addr)
 	raw := openSink(t, addr, "default")
 	for _, q := range []string{
-		"CREATE DATABASE " + quote(db),
-		"CREATE TABLE " + quote(db) + "." + quote(batch.LoadsTable) + ` (
+		"CREATE DATABASE " + chsql.Quote(db),
+		"CREATE TABLE " + chsql.Quote(db) + "." + chsql.Quote(batch.LoadsTable) + ` (
 	load_id String, pipeline String, flow String, targets String, positions String,
 	rows Int64, dead_letters Int64, generation Int64, committed_at DateTime('UTC'),
 	from_positions String, slot String, committed_us UInt32
 ) ENGINE = MergeTree ORDER BY (pipeline, flow, slot, committed_at, load_id)`,
-		"INSERT INTO " + quote(db) + "." + quote(batch.LoadsTable) +
+		"INSERT INTO " + chsql.Quote(db) + "." + chsql.Quote(batch.LoadsTable) +
 			" (load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, from_positions, slot, committed_us)" +
 			` SELECT 'old', 'p', 'f', 'days', '[{"topic":"t","partition":0,"offset":5}]', 5, 0, 1, toDateTime(1700000000, 'UTC'), '[]', 'k/t/0', 0`,
 	} {

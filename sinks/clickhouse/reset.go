@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // resetsTable records full refreshes: a row of kind "reset" per reset (its
@@ -81,7 +82,7 @@ var _ sinks.Resetter = (*Sink)(nil)
 // Tables keep their schema; a missing table is skipped.
 func (s *Sink) Reset(ctx context.Context, tables, flows []string) error {
 	for _, t := range tables {
-		if !validIdent(t) || (strings.HasPrefix(t, sluicePrefix) && t != batch.DeadLettersTable) {
+		if !chsql.ValidIdent(t) || (strings.HasPrefix(t, sluicePrefix) && t != batch.DeadLettersTable) {
 			return fmt.Errorf("clickhouse: reset: %q is not a table that can be emptied", t)
 		}
 	}
@@ -134,7 +135,7 @@ func (s *Sink) resetAt(ctx context.Context, flows []string) (time.Time, error) {
 		args = append(args, f)
 	}
 	q := "SELECT committed_at, committed_us FROM " + s.table(batch.LoadsTable) +
-		" WHERE flow IN (" + placeholders(len(flows)) + ")"
+		" WHERE flow IN (" + chsql.Placeholders(len(flows)) + ")"
 	if s.opts.Pipeline != "" {
 		q += " AND pipeline = ?"
 		args = append(args, s.opts.Pipeline)
@@ -190,14 +191,14 @@ func (s *Sink) applyReset(ctx context.Context, r resetRow, tables []string) erro
 		ct, err := s.cdcInfo(ctx, t)
 		switch {
 		case err == nil:
-			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(ct.phys)); err != nil && !gone(err) {
+			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(ct.phys)); err != nil && !chsql.Gone(err) {
 				return err
 			}
 			if err := s.exec(ctx, "reset the state of "+t, "ALTER TABLE "+s.table(cdcStateTable)+" DROP PARTITION ?", t); err != nil {
 				return err
 			}
 		case errors.Is(err, sinks.ErrUnknownTable):
-			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(t)); err != nil && !gone(err) {
+			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(t)); err != nil && !chsql.Gone(err) {
 				return err
 			}
 		default:

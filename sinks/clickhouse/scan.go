@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Scan returns a table's logical content, which in ClickHouse is simply the
@@ -21,7 +22,7 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	if strings.HasPrefix(table, sluicePrefix) && table != batch.DeadLettersTable {
 		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, sinks.ErrUnknownTable)
 	}
-	if !validIdent(table) {
+	if !chsql.ValidIdent(table) {
 		return nil, fmt.Errorf("clickhouse: scan %q: %w", table, sinks.ErrUnknownTable)
 	}
 	if ct := s.cachedCDC(table); ct != nil {
@@ -40,7 +41,7 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 		Column: batch.Column{Name: batch.LoadIDColumn, Type: batch.String}, chType: "String", storage: storeString})
 	names := make([]string, len(cols))
 	for i, c := range cols {
-		names[i] = quote(c.Name)
+		names[i] = chsql.Quote(c.Name)
 	}
 	q := "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(table)
 	var args []any
@@ -57,7 +58,7 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 func (s *Sink) scanCDC(ctx context.Context, ct *cdcTable) (*batch.Batch, error) {
 	names := make([]string, len(ct.info.columns))
 	for i, c := range ct.info.columns {
-		names[i] = quote(c.Name)
+		names[i] = chsql.Quote(c.Name)
 	}
 	return s.read(ctx, ct.name, ct.info.columns, "SELECT "+strings.Join(names, ", ")+" FROM "+s.table(ct.name))
 }
@@ -74,7 +75,7 @@ func (s *Sink) read(ctx context.Context, table string, cols []column, q string, 
 	}
 	out := batch.New(schema, 0)
 	rows, err := s.conn.Query(ctx, q, args...)
-	if gone(err) {
+	if chsql.Gone(err) {
 		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, sinks.ErrUnknownTable)
 	}
 	if err != nil {

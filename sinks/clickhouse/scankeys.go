@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 var _ sinks.KeyScanner = (*Sink)(nil)
@@ -35,14 +36,14 @@ func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, whereN
 		if !ok {
 			return fmt.Errorf("clickhouse: scan keys of %s: no column %s", table, name)
 		}
-		picked[i], names[i] = c, quote(name)
+		picked[i], names[i] = c, chsql.Quote(name)
 	}
 	q := "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(ct.name)
 	if whereNull != "" {
 		if _, ok := byName[whereNull]; !ok {
 			return fmt.Errorf("clickhouse: scan keys of %s: no column %s", table, whereNull)
 		}
-		q += " WHERE isNull(" + quote(whereNull) + ")"
+		q += " WHERE isNull(" + chsql.Quote(whereNull) + ")"
 	}
 	schema := batch.Schema{Columns: make([]batch.Column, len(picked))}
 	readers := make([]reader, len(picked))
@@ -53,7 +54,7 @@ func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, whereN
 		dests[i] = readers[i].dest
 	}
 	rows, err := s.conn.Query(ctx, q)
-	if gone(err) {
+	if chsql.Gone(err) {
 		return fmt.Errorf("clickhouse: scan keys of %s: %w", table, sinks.ErrUnknownTable)
 	}
 	if err != nil {

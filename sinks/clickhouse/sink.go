@@ -15,13 +15,13 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // conn is what the sink uses of a connection; clickhouse-go's driver.Conn
 // has it.
 type conn interface {
-	Exec(ctx context.Context, query string, args ...any) error
-	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
+	chsql.Conn
 	PrepareBatch(ctx context.Context, query string, opts ...driver.PrepareBatchOption) (driver.Batch, error)
 	Close() error
 }
@@ -83,7 +83,7 @@ var (
 // created by Ensure, not here.
 func Open(ctx context.Context, opts Options) (*Sink, error) {
 	opts.withDefaults()
-	if !validIdent(opts.Database) {
+	if !chsql.ValidIdent(opts.Database) {
 		return nil, fmt.Errorf("clickhouse: database name %q: use letters, digits and underscores", opts.Database)
 	}
 	settings := normalizeSettings(opts.Settings)
@@ -215,7 +215,7 @@ func (s *Sink) Close() error {
 }
 
 // table returns the quoted, database-qualified name of a table.
-func (s *Sink) table(name string) string { return quote(s.opts.Database) + "." + quote(name) }
+func (s *Sink) table(name string) string { return chsql.Table(s.opts.Database, name) }
 
 // exec runs a statement, wrapping its error with what it was doing.
 func (s *Sink) exec(ctx context.Context, what, query string, args ...any) error {
@@ -227,10 +227,15 @@ func (s *Sink) exec(ctx context.Context, what, query string, args ...any) error 
 
 // dropStmt returns the statement dropping a table or view.
 func (s *Sink) dropStmt(name string) string {
+	return chsql.Drop(s.opts.Database, name, s.dropSuffix())
+}
+
+// dropSuffix is chsql.DropSuffix of the database, once ensureSystem read
+// its engine.
+func (s *Sink) dropSuffix() string {
 	s.mu.Lock()
-	suffix := s.dropSync
-	s.mu.Unlock()
-	return "DROP TABLE IF EXISTS " + s.table(name) + suffix
+	defer s.mu.Unlock()
+	return s.dropSync
 }
 
 func (s *Sink) currentOwner() string {
@@ -240,10 +245,7 @@ func (s *Sink) currentOwner() string {
 }
 
 // StateConn is the part of the connection the checkpoint store uses.
-type StateConn interface {
-	Exec(ctx context.Context, query string, args ...any) error
-	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
-}
+type StateConn = chsql.Conn
 
 // StateConn returns the sink's connection and database, for the checkpoint
 // store that keeps its state in the same database (_sluice_state).
