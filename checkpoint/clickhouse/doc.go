@@ -4,12 +4,13 @@
 // reads the same checkpoints.
 //
 // The table (created here when the sink has not created it yet, with the
-// sink's statement) is a ReplacingMergeTree(revision) ordered by key: key is
-// checkpoint.Key.String(), value the entry's bytes, revision its revision
-// and updated_at the writer's clock in whole seconds. Every write inserts
-// the key's next revision; reads use FINAL and filter on the key only. A
-// Delete inserts a tombstone, a row with an empty value (Put refuses empty
-// values), so that revisions keep counting across it.
+// sink's statement, chsql.StateDDL) is a ReplacingMergeTree(revision)
+// ordered by key: key is checkpoint.Key.String(), value the entry's bytes,
+// revision its revision and updated_at the writer's clock in whole
+// seconds. Every write inserts the key's next revision; reads use FINAL and
+// filter on the key only. A Delete inserts a tombstone, a row with an empty
+// value (Put refuses empty values), so that revisions keep counting across
+// it.
 //
 // ClickHouse has no transactions, so the compare-and-set of a Put runs under
 // the key's write lock, a view that CREATE VIEW makes at most one writer
@@ -22,6 +23,8 @@
 // fsync_after_insert).
 //
 // It speaks the native protocol through a small interface that
-// clickhouse-go's driver.Conn satisfies, works on ClickHouse 18.16 and
-// later, and must not import the sink or any source.
+// clickhouse-go's driver.Conn satisfies (chsql.Conn), works on ClickHouse
+// 18.16 and later, and must not import the sink or any source: what it
+// shares with the sink (the statement of the table, the CREATE VIEW lock
+// and its fence, the error classification) is sinks/clickhouse/chsql.
 package clickhouse

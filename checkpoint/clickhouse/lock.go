@@ -5,30 +5,23 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
 
-	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
-// A key's write lock is a view, _sluice_statelock_<hash of the key>, whose
-// one row names the writer holding it (a random token per acquisition).
+// A key's write lock is a view (chsql.Lock), _sluice_statelock_<hash of
+// the key>, whose one row names the writer holding it (a random token per
+// acquisition).
 // CREATE VIEW fails when the view exists, so at most one writer holds it;
 // the write is an INSERT ... SELECT from the view filtered by the token, so
 // it lands only while the view names the writer. A view older than the
 // grace period is left by a stopped process: it is dropped, after which
 // every query still naming it is waited for (fenced), and taken.
 
-const (
-	lockPrefix = "_sluice_statelock_"
-
-	// ClickHouse error codes the store looks at.
-	codeUnknownTable       = 60
-	codeTableIsDropped     = 218
-	codeTableAlreadyExists = 57
-)
+const lockPrefix = "_sluice_statelock_"
 
 // lock is a held write lock.
 type lock struct {
@@ -79,11 +72,11 @@ func (s *Store) acquire(ctx context.Context, k string) (*lock, error) {
 	var ageErr error
 	for {
 		l.at = time.Now()
-		err := s.conn.Exec(ctx, "CREATE VIEW "+s.table(l.name)+" AS SELECT '"+l.token+"' AS holder")
+		err := chsql.Lock(ctx, s.conn, s.db, l.name, chsql.Field{Name: "holder", Value: l.token})
 		if err == nil {
 			return l, nil
 		}
-		if !isCode(err, codeTableAlreadyExists) {
+		if !chsql.IsCode(err, chsql.CodeTableAlreadyExists) {
 			// The create may have landed although its answer was lost.
 			if held, herr := s.holds(ctx, l); herr == nil && held {
 				return l, nil
@@ -100,7 +93,7 @@ func (s *Store) acquire(ctx context.Context, k string) (*lock, error) {
 		if err == nil && found && age > s.grace {
 			s.log.Info("checkpoint write lock of a stopped process removed", "key", k, "lock", l.name, "age", age)
 			if err := s.fence(ctx, l.name); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("lock: %w", err)
 			}
 			continue
 		}
@@ -110,7 +103,7 @@ func (s *Store) acquire(ctx context.Context, k string) (*lock, error) {
 			}
 			return nil, fmt.Errorf("lock: another writer of the key has held it for more than %v", s.lockWait)
 		}
-		if err := sleep(ctx, backoff/2+mrand.N(backoff)); err != nil {
+		if err := chsql.Sleep(ctx, backoff/2+mrand.N(backoff)); err != nil {
 			return nil, err
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
@@ -137,7 +130,7 @@ func (s *Store) release(ctx context.Context, l *lock) error {
 		}
 		return nil
 	}
-	if err := s.conn.Exec(ctx, "DROP TABLE IF EXISTS "+s.table(l.name)+s.dropSync); err != nil {
+	if err := s.conn.Exec(ctx, chsql.Drop(s.db, l.name, s.dropSync)); err != nil {
 		return fmt.Errorf("unlock: %w", err)
 	}
 	return nil
@@ -145,125 +138,28 @@ func (s *Store) release(ctx context.Context, l *lock) error {
 
 // holds reports whether the lock view exists and names l's token.
 func (s *Store) holds(ctx context.Context, l *lock) (bool, error) {
-	rows, err := s.conn.Query(ctx, "SELECT holder FROM "+s.table(l.name))
-	if gone(err) {
-		return false, nil
-	}
+	vals, found, err := chsql.Holder(ctx, s.conn, s.db, l.name, "holder")
 	if err != nil {
-		return false, fmt.Errorf("read lock: %w", err)
+		return false, err
 	}
-	defer rows.Close()
-	held := false
-	for rows.Next() {
-		var h string
-		if err := rows.Scan(&h); err != nil {
-			return false, fmt.Errorf("read lock: %w", err)
-		}
-		held = h == l.token
-	}
-	if err := rows.Err(); err != nil {
-		if gone(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("read lock: %w", err)
-	}
-	return held, nil
+	return found && vals[0] == l.token, nil
 }
 
-// lockAge returns how old a lock view is by the server's clock. A view
-// whose metadata time reads as zero (the server lists it while its
-// metadata file is being written or removed) is taken as just made: only
-// a time seen is old.
+// lockAge returns how old a lock view is by the server's clock
+// (chsql.Ages: a view whose metadata time reads as zero is taken as just
+// made).
 func (s *Store) lockAge(ctx context.Context, name string) (time.Duration, bool, error) {
-	rows, err := s.conn.Query(ctx, "SELECT toInt64(toUnixTimestamp(now())), toInt64(toUnixTimestamp(metadata_modification_time)) FROM system.tables WHERE database = ? AND name = ?", s.db, name)
+	ages, err := chsql.Ages(ctx, s.conn, s.db, lockPrefix, name)
 	if err != nil {
 		return 0, false, fmt.Errorf("lock age: %w", err)
 	}
-	defer rows.Close()
-	var age int64
-	found := false
-	for rows.Next() {
-		var now, made int64
-		if err := rows.Scan(&now, &made); err != nil {
-			return 0, false, fmt.Errorf("lock age: %w", err)
-		}
-		if made > 0 {
-			age = now - made
-		}
-		found = true
-	}
-	if err := rows.Err(); err != nil {
-		return 0, false, fmt.Errorf("lock age: %w", err)
-	}
-	return time.Duration(age) * time.Second, found, nil
+	age, found := ages[name]
+	return age, found, nil
 }
 
-// fence drops a lock view and waits until no running query names it, so
-// that whatever its holder was doing with it has finished or will fail.
+// fence drops a lock view and waits until no running query names it
+// (chsql.Fence), so that whatever its holder was doing with it has
+// finished or will fail.
 func (s *Store) fence(ctx context.Context, name string) error {
-	if err := s.conn.Exec(ctx, "DROP TABLE IF EXISTS "+s.table(name)+s.dropSync); err != nil {
-		return fmt.Errorf("drop lock %s: %w", name, err)
-	}
-	return s.waitQueries(ctx, name)
-}
-
-// waitQueries waits until no running query other than this wait mentions
-// name. Dropping a table waits for the queries using it in an Ordinary
-// database (ClickHouse 18.16), not in an Atomic one; this makes both behave
-// alike, and covers a query whose client is gone.
-func (s *Store) waitQueries(ctx context.Context, name string) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		n, err := s.countQueries(ctx, name)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d queries still use %s", n, name)
-		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
-
-func (s *Store) countQueries(ctx context.Context, name string) (uint64, error) {
-	rows, err := s.conn.Query(ctx, "SELECT count() FROM system.processes WHERE position(query, ?) > 0 AND position(query, 'system.processes') = 0 AND position(query, 'CREATE VIEW') = 0", name)
-	if err != nil {
-		return 0, fmt.Errorf("wait for queries on %s: %w", name, err)
-	}
-	defer rows.Close()
-	var n uint64
-	for rows.Next() {
-		if err := rows.Scan(&n); err != nil {
-			return 0, fmt.Errorf("wait for queries on %s: %w", name, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("wait for queries on %s: %w", name, err)
-	}
-	return n, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// gone reports whether err says a table does not exist or is being dropped.
-func gone(err error) bool { return isCode(err, codeUnknownTable) || isCode(err, codeTableIsDropped) }
-
-// isCode reports whether err is a server exception with the code.
-func isCode(err error, code int32) bool {
-	var ex *ch.Exception
-	return errors.As(err, &ex) && ex.Code == code
+	return chsql.Fence(ctx, s.conn, s.db, name, s.dropSync)
 }

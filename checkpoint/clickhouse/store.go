@@ -10,21 +10,18 @@ import (
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/sluicehq/sluice/checkpoint"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Table is the table of checkpoints; the ClickHouse sink creates it with
-// the same statement.
-const Table = "_sluice_state"
+// the same statement (chsql.StateDDL).
+const Table = chsql.StateTable
 
 // Conn is what the Store uses of a connection; clickhouse-go's driver.Conn
 // has it.
-type Conn interface {
-	Exec(ctx context.Context, query string, args ...any) error
-	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
-}
+type Conn = chsql.Conn
 
 // Options configure a Store.
 type Options struct {
@@ -50,7 +47,7 @@ type Store struct {
 	log      *slog.Logger
 	lockWait time.Duration
 	grace    time.Duration
-	dropSync string // " SYNC" in an Atomic database, so that a drop waits for running queries
+	dropSync string // chsql.DropSuffix of the database
 	closed   atomic.Bool
 }
 
@@ -59,7 +56,7 @@ var _ checkpoint.Store = (*Store)(nil)
 // Open creates the database and the table when missing and returns a Store
 // on them. The connection stays the caller's: Close does not close it.
 func Open(ctx context.Context, conn Conn, opts Options) (*Store, error) {
-	if !validIdent(opts.Database) {
+	if !chsql.ValidIdent(opts.Database) {
 		return nil, fmt.Errorf("checkpoint: clickhouse: database name %q: use letters, digits and underscores", opts.Database)
 	}
 	if opts.LockWait <= 0 {
@@ -74,22 +71,17 @@ func Open(ctx context.Context, conn Conn, opts Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{conn: conn, db: opts.Database, log: log, lockWait: opts.LockWait, grace: opts.LockGrace}
-	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+quote(s.db)); err != nil {
+	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+chsql.Quote(s.db)); err != nil {
 		return nil, err
 	}
-	// The same statement as the sink's (sinks/clickhouse, ensureSystem).
-	if err := s.exec(ctx, "create "+Table, "CREATE TABLE IF NOT EXISTS "+s.table(Table)+` (
-	key String, value String, revision UInt64, updated_at DateTime('UTC')
-) ENGINE = ReplacingMergeTree(revision) ORDER BY key`); err != nil {
+	if err := s.exec(ctx, "create "+Table, chsql.StateDDL(s.db)); err != nil {
 		return nil, err
 	}
-	engine, err := s.databaseEngine(ctx)
+	engine, err := chsql.DatabaseEngine(ctx, s.conn, s.db)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("checkpoint: clickhouse: %w", err)
 	}
-	if engine == "Atomic" || engine == "Replicated" {
-		s.dropSync = " SYNC"
-	}
+	s.dropSync = chsql.DropSuffix(engine)
 	return s, nil
 }
 
@@ -300,7 +292,7 @@ func (s *Store) write(ctx context.Context, l *lock, k string, value []byte, rev 
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if werr := s.waitQueries(ctx, l.name); werr != nil {
+		if werr := chsql.WaitQueries(ctx, s.conn, s.db, l.name); werr != nil {
 			return fmt.Errorf("insert: %w (and then: %v)", err, werr)
 		}
 		l.unsettled = false
@@ -333,43 +325,5 @@ func (s *Store) exec(ctx context.Context, what, query string, args ...any) error
 	return nil
 }
 
-func (s *Store) databaseEngine(ctx context.Context) (string, error) {
-	rows, err := s.conn.Query(ctx, "SELECT engine FROM system.databases WHERE name = ?", s.db)
-	if err != nil {
-		return "", fmt.Errorf("checkpoint: clickhouse: read database engine: %w", err)
-	}
-	defer rows.Close()
-	var engine string
-	for rows.Next() {
-		if err := rows.Scan(&engine); err != nil {
-			return "", fmt.Errorf("checkpoint: clickhouse: read database engine: %w", err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("checkpoint: clickhouse: read database engine: %w", err)
-	}
-	return engine, nil
-}
-
 // table returns the quoted, database-qualified name of a table.
-func (s *Store) table(name string) string { return quote(s.db) + "." + quote(name) }
-
-// validIdent reports whether s can name a database: ASCII letters, digits
-// and underscores, not starting with a digit.
-func validIdent(s string) bool {
-	if s == "" || len(s) > 100 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func quote(s string) string { return "`" + s + "`" }
+func (s *Store) table(name string) string { return chsql.Table(s.db, name) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/checkpoint/storetest"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 )
 
@@ -109,7 +110,7 @@ func TestTableAsTheSinkMakesIt(t *testing.T) {
 	}
 	// The row is readable as documented: the key's stored form, the value
 	// as text, the revision.
-	n := queryInt(t, s.conn, "SELECT toInt64(revision) FROM "+quote(db)+"."+Table+" FINAL WHERE key = 'p/once/f/' AND value = '{\"complete\":true}'")
+	n := queryInt(t, s.conn, "SELECT toInt64(revision) FROM "+chsql.Table(db, Table)+" FINAL WHERE key = 'p/once/f/' AND value = '{\"complete\":true}'")
 	if n != 1 {
 		t.Fatalf("stored revision %d, want 1", n)
 	}
