@@ -98,10 +98,12 @@ func (s *Store) acquire(ctx context.Context, k string) (*lock, error) {
 			continue
 		}
 		if time.Now().After(deadline) {
+			// Transient: the writer holding it finishes or stops, and then
+			// the lock is taken again or over (Store.Retryable).
 			if ageErr != nil {
-				return nil, fmt.Errorf("lock: another writer of the key has held it for more than %v (last error: %w)", s.lockWait, ageErr)
+				return nil, chsql.Transient("lock: another writer of the key has held it for more than %v (last error: %w)", s.lockWait, ageErr)
 			}
-			return nil, fmt.Errorf("lock: another writer of the key has held it for more than %v", s.lockWait)
+			return nil, chsql.Transient("lock: another writer of the key has held it for more than %v", s.lockWait)
 		}
 		if err := chsql.Sleep(ctx, backoff/2+mrand.N(backoff)); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -83,6 +84,23 @@ func Open(ctx context.Context, conn Conn, opts Options) (*Store, error) {
 	}
 	s.dropSync = chsql.DropSuffix(engine)
 	return s, nil
+}
+
+// Retryable reports whether err, from the Store, is worth retrying later
+// (by reading again, as after any error but ErrStale and ErrNotFound): the
+// server or the connection failed in a way chsql.Retryable counts as
+// passing, or the key's write lock stood in the way (another writer held
+// it for longer than LockWait, or took it over from this writer while it
+// stalled). checkpoint.ErrStale, ErrNotFound and ErrClosed, an invalid key
+// or entry, and a cancellation by the caller are not. This is the one
+// classifier of the Store's errors.
+func (s *Store) Retryable(err error) bool {
+	for _, final := range []error{checkpoint.ErrStale, checkpoint.ErrNotFound, checkpoint.ErrClosed} {
+		if errors.Is(err, final) {
+			return false
+		}
+	}
+	return chsql.Retryable(err)
 }
 
 // row is a key's current row; revision 0: never written; value "": a
@@ -302,11 +320,13 @@ func (s *Store) write(ctx context.Context, l *lock, k string, value []byte, rev 
 		return fmt.Errorf("insert: outcome unknown: %w", herr)
 	}
 	if !held {
+		// This writer stalled for longer than the grace period; a later
+		// attempt reads again (Retryable).
 		l.lost = true
 		if err != nil {
-			return fmt.Errorf("insert: %w; the write lock was taken over meanwhile, so it may or may not have landed", err)
+			return chsql.Transient("insert: %w; the write lock was taken over meanwhile, so it may or may not have landed", err)
 		}
-		return fmt.Errorf("insert: the write lock was taken over as abandoned meanwhile, so it may or may not have landed")
+		return chsql.Transient("insert: the write lock was taken over as abandoned meanwhile, so it may or may not have landed")
 	}
 	if err == nil {
 		return nil

@@ -3,8 +3,11 @@ package clickhouse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -156,6 +159,9 @@ func TestLiveLockWaitedFor(t *testing.T) {
 	if err == nil || errors.Is(err, checkpoint.ErrStale) {
 		t.Fatalf("Put while another writer holds the lock: err %v, want a timeout", err)
 	}
+	if !s.Retryable(err) {
+		t.Fatalf("%v is not retryable", err)
+	}
 	if _, err := s.Get(ctx, key); !errors.Is(err, checkpoint.ErrNotFound) {
 		t.Fatalf("Get after the refused Put: %v, want ErrNotFound", err)
 	}
@@ -203,6 +209,9 @@ func TestWriteOfATakenOverLockLandsNothing(t *testing.T) {
 			if err == nil || errors.Is(err, checkpoint.ErrStale) {
 				t.Fatalf("write under a lost lock: err %v, want an outcome-unknown error", err)
 			}
+			if !s.Retryable(err) {
+				t.Fatalf("%v is not retryable", err)
+			}
 			if !l.lost {
 				t.Fatal("lock not marked lost")
 			}
@@ -233,8 +242,8 @@ func TestClosed(t *testing.T) {
 	if err := s.Store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(context.Background(), key); !errors.Is(err, checkpoint.ErrClosed) {
-		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	if _, err := s.Get(context.Background(), key); !errors.Is(err, checkpoint.ErrClosed) || s.Retryable(err) {
+		t.Fatalf("Get after Close: %v, want ErrClosed, not retryable", err)
 	}
 	if err := s.Put(context.Background(), key, checkpoint.Entry{Value: []byte("x")}); !errors.Is(err, checkpoint.ErrClosed) {
 		t.Fatalf("Put after Close: %v, want ErrClosed", err)
@@ -331,5 +340,52 @@ func TestLockReleasedAfterContextEnded(t *testing.T) {
 	}
 	if n := queryInt(t, s.conn, "SELECT toInt64(count()) FROM system.tables WHERE database = ? AND startsWith(name, ?)", db, lockPrefix); n != 0 {
 		t.Fatalf("%d lock views left", n)
+	}
+}
+
+// TestRetryable: the Store's one classifier. The store's own transient
+// errors, as its code makes them, are checked by TestLiveLockWaitedFor and
+// TestWriteOfATakenOverLockLandsNothing.
+func TestRetryable(t *testing.T) {
+	ctx := context.Background()
+	var s Store // Get and Put refuse invalid input before they use the connection
+	_, invalidKey := s.Get(ctx, checkpoint.Key{Pipeline: "p"})
+	emptyValue := s.Put(ctx, key, checkpoint.Entry{})
+	closed := &Store{}
+	closed.closed.Store(true)
+	_, closedErr := closed.Get(ctx, key)
+	ex := func(code int32) error {
+		return fmt.Errorf("checkpoint: clickhouse: get %s: read: %w", key, &ch.Exception{Code: code, Message: "x"})
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"stale", fmt.Errorf("checkpoint: clickhouse: put %s: %w", key, checkpoint.ErrStale), false},
+		{"not found", fmt.Errorf("checkpoint: clickhouse: get %s: %w", key, checkpoint.ErrNotFound), false},
+		{"closed", closedErr, false},
+		{"invalid key", invalidKey, false},
+		{"empty value", emptyValue, false},
+		{"lock held by another writer", fmt.Errorf("checkpoint: clickhouse: put %s: %w", key, chsql.Transient("lock: another writer of the key has held it for more than 30s")), true},
+		{"stale although transient on the way", chsql.Transient("put: %w", checkpoint.ErrStale), false},
+		{"too many parts", ex(chsql.CodeTooManyParts), true},
+		{"timeout exceeded", ex(chsql.CodeTimeoutExceeded), true},
+		{"unknown table", ex(chsql.CodeUnknownTable), false},
+		{"syntax error", ex(62), false},
+		{"connection reset", fmt.Errorf("checkpoint: clickhouse: put %s: insert: %w", key, syscall.ECONNRESET), true},
+		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
+		{"canceled by the caller", fmt.Errorf("checkpoint: clickhouse: put %s: %w", key, context.Canceled), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name != "nil" && tc.err == nil {
+				t.Fatal("no error to classify")
+			}
+			if got := s.Retryable(tc.err); got != tc.want {
+				t.Fatalf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
 	}
 }
