@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -312,5 +313,60 @@ func TestCheckpointsRetried(t *testing.T) {
 		}
 		s.update()
 		check("after a second update")
+	})
+}
+
+// TestRefreshLeavesDeadLettersOnce: after a full refresh and after a
+// refresh of one flow, each bad message is in _sluice_dead_letters once,
+// and status counts the same number.
+func TestRefreshLeavesDeadLettersOnce(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic, other := "dlrefresh_"+dname, "dlother_"+dname
+		s := newStepper(t, broker.Addr(), dest(t), fmt.Sprintf(`tables:
+  - name: live
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: string}
+  - name: more
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: string}
+flows:
+  - name: k
+    target: live
+    kind: append
+    source: {kafka: {topic: %s, format: json}}
+  - name: m
+    target: more
+    kind: append
+    source: {kafka: {topic: %s, format: json}}
+`, topic, other))
+		s.produce(topic, `{"id": 1, "name": "a"}`, `not json`, `{"id": "x", "name": "b"}`, `{"id": 2, "name": "c"}`, `{oops`)
+		s.produce(other, `{"id": 3, "name": "d"}`, `{`)
+		check := func(when string) {
+			t.Helper()
+			byFlow := map[string]int{}
+			for _, row := range s.rows("_sluice_dead_letters") {
+				flow := strings.Split(row, ",")[1]
+				byFlow[flow]++
+			}
+			for flow, want := range map[string]int{"k": 3, "m": 1} {
+				if byFlow[flow] != want {
+					t.Errorf("%s: %d dead letters of flow %s, want %d", when, byFlow[flow], flow, want)
+				}
+				if st := s.status(flow); st.DeadLetters != int64(want) {
+					t.Errorf("%s: status counts %d dead letters of flow %s, want %d", when, st.DeadLetters, flow, want)
+				}
+			}
+		}
+		s.update()
+		check("after the first update")
+		s.updateWith(flows.Options{FullRefresh: true})
+		check("after a full refresh")
+		s.updateWith(flows.Options{Refresh: []string{"k"}})
+		check("after a refresh of flow k")
+		s.update()
+		check("after another update")
 	})
 }

@@ -116,6 +116,9 @@ func (s *Sink) Reset(ctx context.Context, tables, flows []string) error {
 	if err := s.applyReset(ctx, r, r.tables); err != nil {
 		return fmt.Errorf("clickhouse: reset is committed; emptying the tables failed (Recover completes it): %w", err)
 	}
+	if err := s.dropDeadLetters(ctx, r); err != nil {
+		return fmt.Errorf("clickhouse: reset is committed; removing the dead letters of its flows failed (Recover completes it): %w", err)
+	}
 	if err := s.insertReset(ctx, r, appliedKind); err != nil {
 		return fmt.Errorf("clickhouse: reset is committed and applied; %w", err)
 	}
@@ -209,6 +212,42 @@ func (s *Sink) applyReset(ctx context.Context, r resetRow, tables []string) erro
 	return nil
 }
 
+// dropDeadLetters removes the dead letters of a reset's flows (of its
+// pipeline; of every pipeline when it has none): their loads are
+// forgotten, and replaying them writes their dead letters again, so that
+// each dead letter is in _sluice_dead_letters once. It runs before any
+// load of the flows after the reset commits (see rollResets).
+func (s *Sink) dropDeadLetters(ctx context.Context, r resetRow) error {
+	if len(r.flows) == 0 || slices.Contains(r.tables, batch.DeadLettersTable) {
+		return nil // no flows, or the table was emptied whole
+	}
+	cond := "flow IN (" + chsql.Placeholders(len(r.flows)) + ")"
+	args := make([]any, 0, len(r.flows)+1)
+	for _, f := range r.flows {
+		args = append(args, f)
+	}
+	if r.pipeline != "" {
+		cond += " AND pipeline = ?"
+		args = append(args, r.pipeline)
+	}
+	n, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(batch.DeadLettersTable)+" WHERE "+cond, args...)
+	if err != nil || n == 0 {
+		return err
+	}
+	if err := s.waitMutations(ctx, batch.DeadLettersTable); err != nil {
+		return err
+	}
+	if err := s.exec(ctx, "remove the dead letters of "+strings.Join(r.flows, ","),
+		"ALTER TABLE "+s.table(batch.DeadLettersTable)+" DELETE WHERE "+cond, args...); err != nil {
+		return err
+	}
+	if err := s.waitMutations(ctx, batch.DeadLettersTable); err != nil {
+		return err
+	}
+	s.log.Info("reset: dead letters of the flows removed", "reset", r.id, "flows", r.flows, "dead_letters", n)
+	return nil
+}
+
 // readResets returns the resets that concern the sink's pipeline (all when
 // Options.Pipeline is empty), in time order.
 func (s *Sink) readResets(ctx context.Context) ([]resetRow, error) {
@@ -299,6 +338,15 @@ func (s *Sink) rollResets(ctx context.Context) error {
 		if err := s.applyReset(ctx, r, todo); err != nil {
 			return fmt.Errorf("clickhouse: complete reset %s: %w", r.id, err)
 		}
+		replayed, err := s.flowsLoadedSince(ctx, r)
+		if err != nil {
+			return err
+		}
+		if !replayed {
+			if err := s.dropDeadLetters(ctx, r); err != nil {
+				return fmt.Errorf("clickhouse: complete reset %s: %w", r.id, err)
+			}
+		}
 		if err := s.insertReset(ctx, r, appliedKind); err != nil {
 			return err
 		}
@@ -337,6 +385,42 @@ func (s *Sink) writtenSince(ctx context.Context, at time.Time) (map[string]bool,
 		return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
 	}
 	return out, nil
+}
+
+// flowsLoadedSince reports whether a load of a reset's flows committed
+// after it: their dead letters since are the replay's, and the ones before
+// it are gone already (loads of the flows run only once Reset returned).
+func (s *Sink) flowsLoadedSince(ctx context.Context, r resetRow) (bool, error) {
+	if len(r.flows) == 0 {
+		return false, nil
+	}
+	ts, arg := s.timeArg(r.at.Truncate(time.Second))
+	args := []any{arg}
+	for _, f := range r.flows {
+		args = append(args, f)
+	}
+	q := "SELECT committed_at, committed_us FROM " + s.table(batch.LoadsTable) +
+		" WHERE committed_at >= " + ts + " AND flow IN (" + chsql.Placeholders(len(r.flows)) + ")"
+	if r.pipeline != "" {
+		q += " AND pipeline = ?"
+		args = append(args, r.pipeline)
+	}
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return false, fmt.Errorf("clickhouse: read ledger: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c time.Time
+		var us uint32
+		if err := rows.Scan(&c, &us); err != nil {
+			return false, fmt.Errorf("clickhouse: read ledger: %w", err)
+		}
+		if withMicros(c, us).After(r.at) {
+			return true, nil
+		}
+	}
+	return false, rows.Err()
 }
 
 // commitTime returns the time a load commits at: now, or just after the last

@@ -690,16 +690,60 @@ func readPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Va
 	}
 }
 
+// filterFile writes the rows of the append-table file at path for which
+// drop is false to a new file out (compressed as compacted files are), each
+// with its _sluice_load_id; it returns the new file's entry (no name) and
+// the rows dropped. When none is dropped, out is removed.
+func filterFile(disk fsys.FS, def tableDef, path, out string, drop func(b *batch.Batch, i int) bool) (fileEntry, int64, error) {
+	fw, err := createFile(disk, out, def.Schema, "", compactCodec)
+	if err != nil {
+		return fileEntry{}, 0, err
+	}
+	rows, dropped, err := copyRows(disk, fw, path, drop)
+	if err != nil {
+		fw.discard()
+		return fileEntry{}, 0, err
+	}
+	if dropped == 0 {
+		fw.discard()
+		return fileEntry{}, 0, nil
+	}
+	size, err := fw.close()
+	if err != nil {
+		return fileEntry{}, 0, err
+	}
+	return fileEntry{Rows: rows, Bytes: size}, dropped, nil
+}
+
 // copyFile writes every row of the file at path to fw, a row group at a
 // time; rows keep their _sluice_load_id. It is how compaction merges files.
 func copyFile(disk fsys.FS, fw *fileWriter, path string) (int64, error) {
+	rows, _, err := copyRows(disk, fw, path, nil)
+	return rows, err
+}
+
+// copyRows is copyFile without the rows for which drop (when set) is true;
+// it returns the rows written and the rows dropped.
+func copyRows(disk fsys.FS, fw *fileWriter, path string, drop func(b *batch.Batch, i int) bool) (rows, dropped int64, err error) {
 	s := batch.Schema{Columns: append(append([]batch.Column{}, fw.schema.Columns...),
 		batch.Column{Name: batch.LoadIDColumn, Type: batch.String})}
 	b := batch.New(s, 0)
-	var rows int64
-	err := readFile(disk, path, b, func() error {
-		ids := b.Vectors[len(b.Vectors)-1].Strs
-		data := &batch.Batch{Schema: fw.schema, Vectors: b.Vectors[:len(b.Vectors)-1]}
+	err = readFile(disk, path, b, func() error {
+		chunk := b
+		if drop != nil {
+			var keep []int
+			for i := range b.Len() {
+				if !drop(b, i) {
+					keep = append(keep, i)
+				}
+			}
+			dropped += int64(b.Len() - len(keep))
+			if len(keep) < b.Len() {
+				chunk = take(b, keep)
+			}
+		}
+		ids := chunk.Vectors[len(chunk.Vectors)-1].Strs
+		data := &batch.Batch{Schema: fw.schema, Vectors: chunk.Vectors[:len(chunk.Vectors)-1]}
 		// Rows of one load share a load id; write each run of equal ids.
 		n := len(ids)
 		for i := 0; i < n; {
@@ -717,7 +761,7 @@ func copyFile(disk fsys.FS, fw *fileWriter, path string) (int64, error) {
 		b.Truncate(0)
 		return fw.endWrite()
 	})
-	return rows, err
+	return rows, dropped, err
 }
 
 // slice returns rows [i, j) of b, sharing its memory.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
@@ -237,6 +238,10 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 			for _, t := range r.Tables {
 				add(t, &pending[i])
 			}
+			if len(r.Flows) > 0 && !slices.Contains(r.Tables, batch.DeadLettersTable) {
+				// The reset's flows lose their dead letters (reset.go).
+				add(batch.DeadLettersTable, &pending[i])
+			}
 		}
 		for _, r := range pending[i].Replace {
 			add(r.Table, &pending[i])
@@ -252,7 +257,7 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 			return err
 		}
 		list := byTable[t]
-		if i := lastReset(list); i >= 0 {
+		if i := lastReset(list, t); i >= 0 {
 			// The loads before the reset are emptied with the table.
 			if err := s.resetTable(t, list[i].Seq); err != nil {
 				return fmt.Errorf("reset %s: %w", t, err)
@@ -261,14 +266,31 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 				continue
 			}
 		}
-		var err error
 		if cdc[t] {
-			err = s.publishCDC(ctx, t, list, async)
-		} else {
-			err = s.publishTable(t, list)
+			if err := s.publishCDC(ctx, t, list, async); err != nil {
+				return fmt.Errorf("publish %s: %w", t, err)
+			}
+			continue
 		}
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", t, err)
+		// The loads up to each reset that drops its flows' rows, then the
+		// drop, in seq order.
+		for len(list) > 0 {
+			j := slices.IndexFunc(list, func(e *entry) bool { return e.Reset != nil })
+			if j < 0 {
+				j = len(list)
+			}
+			if j > 0 {
+				if err := s.publishTable(t, list[:j]); err != nil {
+					return fmt.Errorf("publish %s: %w", t, err)
+				}
+			}
+			if j < len(list) {
+				if err := s.dropFlowRows(t, list[j]); err != nil {
+					return fmt.Errorf("reset %s: %w", t, err)
+				}
+				j++
+			}
+			list = list[j:]
 		}
 	}
 	// Remove the staging folders that remain (Recover goes over the whole

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -97,15 +99,75 @@ func (s *Sink) Reset(ctx context.Context, tables, flows []string) error {
 	return nil
 }
 
-// lastReset returns the index of the last reset among a table's pending
-// entries, or -1.
-func lastReset(list []*entry) int {
+// lastReset returns the index of the last reset that empties table among
+// its pending entries, or -1.
+func lastReset(list []*entry, table string) int {
 	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].Reset != nil {
+		if r := list[i].Reset; r != nil && slices.Contains(r.Tables, table) {
 			return i
 		}
 	}
 	return -1
+}
+
+// dropFlowRows publishes a reset into an append table it does not empty
+// (_sluice_dead_letters): a version without the rows of the reset's flows
+// (of its pipeline; of every pipeline when it has none), whose "through" is
+// the reset's seq, unless the table is already past it. Files without such
+// rows are kept as they are. Runs under the lock.
+func (s *Sink) dropFlowRows(table string, e *entry) error {
+	cur, err := s.current(table)
+	if errors.Is(err, errNoTable) || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil || cur.Through >= e.Seq {
+		return err
+	}
+	def, err := s.readTable(table)
+	if err != nil {
+		return err
+	}
+	drop := func(b *batch.Batch, i int) bool {
+		return slices.Contains(e.Reset.Flows, b.Column("flow").Strs[i]) &&
+			(e.Pipeline == "" || b.Column("pipeline").Strs[i] == e.Pipeline)
+	}
+	tmp := filepath.Join(s.lay.tmp(), fmt.Sprintf("reset-%d-%s", e.Seq, randomSuffix()))
+	if err := s.disk.Mkdir(tmp, 0o755); err != nil {
+		return err
+	}
+	defer s.disk.RemoveAll(tmp)
+	src := s.lay.versionDir(table, cur.Version)
+	gone := map[string]bool{}
+	var add []fileEntry
+	srcs := map[string]string{}
+	removed := int64(0)
+	for i, f := range cur.Files {
+		out := filepath.Join(tmp, fmt.Sprintf("%d.parquet", i))
+		kept, n, err := filterFile(s.disk, def, filepath.Join(src, f.Name), out, drop)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Name, err)
+		}
+		if n == 0 {
+			continue // nothing of the flows: the file stays
+		}
+		gone[f.Name] = true
+		removed += n
+		if kept.Rows == 0 {
+			continue
+		}
+		kept.Name = path.Join(path.Dir(f.Name), fmt.Sprintf("reset-%012d-%d.parquet", e.Seq, i))
+		kept.FirstSeq, kept.LastSeq = f.FirstSeq, f.LastSeq
+		add = append(add, kept)
+		srcs[kept.Name] = out
+	}
+	if err := s.disk.SyncDir(tmp); err != nil {
+		return err
+	}
+	if _, err := s.nextVersion(table, cur, gone, add, srcs, e.Seq); err != nil {
+		return err
+	}
+	s.log.Info("reset: rows of the flows removed", "table", table, "flows", e.Reset.Flows, "rows", removed)
+	return nil
 }
 
 // resetTable publishes a reset of a table: an empty version with "through"

@@ -2,8 +2,10 @@ package sinktest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
@@ -25,6 +27,7 @@ func RunReset(t *testing.T, newDestination Factory, opts ...Option) {
 		{"loads_after_reset_count", testResetThenLoad},
 		{"cdc_target_rows_and_state_cleared", testResetCDC},
 		{"reset_twice_is_harmless", testResetTwice},
+		{"dead_letters_once_after_reset_and_replay", testResetDeadLetters},
 		{"crash_after_commit_point_rolls_forward", func(t *testing.T, h *harness) { testResetCrash(t, h, c) }},
 	}
 	runCases(t, newDestination, tests)
@@ -177,6 +180,89 @@ func testResetCDC(t *testing.T, h *harness) {
 	}
 }
 
+// commitWithDeadLetters commits rows from..to-1 of table for flow (as
+// mustCommit) with one dead letter per position in dls, of the flow.
+func (h *harness) commitWithDeadLetters(s sinks.Sink, flow, table string, from, to int, dls ...string) {
+	h.t.Helper()
+	start := int64(from)
+	if from == 0 {
+		start = -1
+	}
+	var letters []batch.DeadLetter
+	for _, p := range dls {
+		letters = append(letters, batch.DeadLetter{Pipeline: Pipeline, Flow: flow, Target: table, Source: "t", Position: p,
+			Reason: batch.ReasonUndecodable, Error: "message is not JSON", Payload: []byte("{" + p), At: time.Unix(1700000000, 0).UTC()})
+	}
+	writes := map[string]*batch.Batch{table: orders(from, to)}
+	if len(letters) > 0 {
+		writes[batch.DeadLettersTable] = batch.DeadLetterBatch(letters)
+	}
+	if _, err := h.commit(s, flow, writes, sinks.Commit{
+		From: batch.Positions{kafka("t", 0, start)}, To: batch.Positions{kafka("t", 0, int64(to))},
+		Rows: int64(to - from), DeadLetters: int64(len(letters)),
+	}); err != nil {
+		h.t.Fatalf("Commit of %s into %s: %v", flow, table, err)
+	}
+}
+
+// expectDeadLetters checks the dead letters of each flow (their positions,
+// sorted) and that the ledger's counts of the flows' loads agree.
+func expectDeadLetters(t *testing.T, s sinks.Sink, what string, want map[string][]string) {
+	t.Helper()
+	b := scan(t, s, batch.DeadLettersTable)
+	got := map[string][]string{}
+	flows, positions := b.Column("flow"), b.Column("position")
+	for i := range b.Len() {
+		got[flows.Strs[i]] = append(got[flows.Strs[i]], positions.Strs[i])
+	}
+	for f := range got {
+		slices.Sort(got[f])
+	}
+	counts := map[string]int64{}
+	for _, ld := range ledger(t, s).Loads {
+		counts[ld.Flow] += ld.DeadLetters
+	}
+	for f, w := range want {
+		if !slices.Equal(got[f], w) {
+			t.Errorf("%s: dead letters of flow %s at %q, want %q", what, f, got[f], w)
+		}
+		if counts[f] != int64(len(w)) {
+			t.Errorf("%s: the ledger counts %d dead letters of flow %s, the table holds %d", what, counts[f], f, len(got[f]))
+		}
+	}
+	for f := range got {
+		if _, ok := want[f]; !ok {
+			t.Errorf("%s: unexpected dead letters of flow %s: %q", what, f, got[f])
+		}
+	}
+}
+
+// testResetDeadLetters: a reset forgets its flows' loads, so it removes
+// their dead letters too; the flows' replay writes them again. Each dead
+// letter is then in _sluice_dead_letters once, and the ledger's counts say
+// the same. Other flows' dead letters stay.
+func testResetDeadLetters(t *testing.T, h *harness) {
+	s := h.sink()
+	ensure(t, s, ordersTable, shipmentsTable)
+	h.commitWithDeadLetters(s, "a", "orders", 0, 5, "0/1", "0/3")
+	h.commitWithDeadLetters(s, "a", "orders", 5, 8, "0/6")
+	h.commitWithDeadLetters(s, "c", "shipments", 0, 4, "0/2")
+	expectDeadLetters(t, s, "before the reset", map[string][]string{"a": {"0/1", "0/3", "0/6"}, "c": {"0/2"}})
+
+	reset(t, s, []string{"orders"}, []string{"a"})
+	for i, r := range []sinks.Sink{s, h.sink()} {
+		expectDeadLetters(t, r, fmt.Sprintf("after the reset (sink %d)", i), map[string][]string{"c": {"0/2"}})
+	}
+	// The replay writes them again, once.
+	h.commitWithDeadLetters(s, "a", "orders", 0, 5, "0/1", "0/3")
+	h.commitWithDeadLetters(s, "a", "orders", 5, 8, "0/6")
+	reset(t, s, []string{"shipments"}, []string{"c"}) // another flow's reset leaves them
+	h.commitWithDeadLetters(s, "c", "shipments", 0, 4, "0/2")
+	r := h.sink()
+	recoverLedger(t, r)
+	expectDeadLetters(t, r, "after the replay", map[string][]string{"a": {"0/1", "0/3", "0/6"}, "c": {"0/2"}})
+}
+
 func testResetTwice(t *testing.T, h *harness) {
 	s := h.sink()
 	ensure(t, s, ordersTable, scd1Table)
@@ -202,8 +288,8 @@ func testResetCrash(t *testing.T, h *harness, c config) {
 	}
 	s := h.sink()
 	ensure(t, s, ordersTable, shipmentsTable, scd1Table)
-	h.mustCommit(s, "a", "orders", 0, 5)
-	h.mustCommit(s, "c", "shipments", 0, 4)
+	h.commitWithDeadLetters(s, "a", "orders", 0, 5, "0/2")
+	h.commitWithDeadLetters(s, "c", "shipments", 0, 4, "0/3")
 	h.mustCDC(s, "f", upsert1(scd1Table.Name, r1{1, "a", 10, 1}),
 		putState(scd1Table.Name, sinks.StateEntry{Key: encKey(1), Value: []byte("s1")}))
 
@@ -223,6 +309,7 @@ func testResetCrash(t *testing.T, h *harness, c config) {
 	expectIDs(t, r, "shipments", "after the crash and Recover", seq(0, 4))
 	expectContent(t, r, scd1Table, "after the crash and Recover")
 	expectState(t, r, scd1Table.Name, "after the crash and Recover", []string{encKey(1)}, nil)
+	expectDeadLetters(t, r, "after the crash and Recover", map[string][]string{"c": {"0/3"}})
 	h.mustCommit(r, "a", "orders", 0, 2)
 	expectIDs(t, r, "orders", "a load after the recovered reset", seq(0, 2))
 }
