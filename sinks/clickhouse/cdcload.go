@@ -315,18 +315,31 @@ func (s *Sink) queryUint(ctx context.Context, q string, args ...any) (uint64, er
 	return v, err
 }
 
-// checkLeases refuses to commit a load that wrote a CDC target whose lease
-// this sink took and which expired by this machine's clock: another process
-// may have taken the target over.
-func (s *Sink) checkLeases(l *load) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
+// fencedLeases returns the fences a load's commit must find unchanged: for
+// each CDC target it wrote whose lease its sink held when it began, the
+// fence view and the value it named.
+func (l *load) fencedLeases() (names, values []string) {
 	for _, table := range sortedKeys(l.cdc) {
-		if h, ok := s.leases[table]; ok && now.After(h.until) {
-			return chsql.Transient("clickhouse: commit load %s: the lease of %s held by %s expired at %s; take it again before writing",
-				l.meta.LoadID, table, h.holder, h.until.UTC().Format(time.RFC3339))
+		if h, ok := l.leases[table]; ok {
+			names = append(names, leaseFenceName(table))
+			values = append(values, h.fenceValue())
 		}
 	}
-	return nil
+	return names, values
+}
+
+// fencedOut describes the first lease whose fence no longer names the
+// generation the load began under; "" when there is none.
+func (s *Sink) fencedOut(ctx context.Context, l *load) (string, error) {
+	names, values := l.fencedLeases()
+	for i, name := range names {
+		vals, ok, err := chsql.Holder(ctx, s.conn, s.opts.Database, name, "fence")
+		if err != nil {
+			return "", fmt.Errorf("clickhouse: read lease fence: %w", err)
+		}
+		if !ok || vals[0] != values[i] {
+			return fmt.Sprintf("the lease it began under (%s) was taken over", values[i]), nil
+		}
+	}
+	return "", nil
 }

@@ -282,14 +282,18 @@ func (s *Sink) insertRow(ctx context.Context, l *load, c sinks.Commit, at time.T
 	q := "INSERT INTO " + s.table(batch.LoadsTable) +
 		" (load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, from_positions, slot, committed_us" + cols + ")" +
 		" SELECT ?, ?, ?, ?, ?, ?, ?, ?, " + ts + ", ?, ?, ?" + vals + " FROM " + s.table(markerName(l.enc))
-	for i, name := range l.locks {
-		if i == 0 {
-			q += " WHERE "
-		} else {
-			q += " AND "
-		}
-		q += "? IN (SELECT load_id FROM " + s.table(name) + ")"
+	conds := make([]string, 0, len(l.locks)+1)
+	for _, name := range l.locks {
+		conds = append(conds, "? IN (SELECT load_id FROM "+s.table(name)+")")
 		args = append(args, l.enc)
+	}
+	fences, values := l.fencedLeases()
+	for i, name := range fences {
+		conds = append(conds, "? IN (SELECT fence FROM "+s.table(name)+")")
+		args = append(args, values[i])
+	}
+	if len(conds) > 0 {
+		q += " WHERE " + strings.Join(conds, " AND ")
 	}
 	if err := s.conn.Exec(ctx, q, args...); err != nil {
 		return fmt.Errorf("clickhouse: commit load %s: %w", l.meta.LoadID, err)

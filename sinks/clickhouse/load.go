@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +57,10 @@ type load struct {
 	locks  []string            // lock views held while committing
 	todo   unresolved          // while in s.pending
 	cdc    map[string]*loadCDC // CDC target -> what the load wrote to it
+	// leases are the leases its sink held when it began: its commit of a
+	// CDC target among them lands only while the lease's fence names the
+	// same generation (lease.go).
+	leases map[string]heldLease
 
 	// Partitions to replace (replace.go).
 	replace    map[string][]string // table -> sorted partition ids listed by ReplacePartitions
@@ -75,6 +80,9 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 	s.maybeMaintain(ctx)
 	l := &load{s: s, meta: meta, enc: encodeID(meta.LoadID), stages: map[string]string{}, unsure: map[string]bool{}, cdc: map[string]*loadCDC{}}
 	s.mu.Lock()
+	if len(s.leases) > 0 {
+		l.leases = maps.Clone(s.leases)
+	}
 	_, dup := s.inflight[l.enc]
 	_, dup2 := s.pending[l.enc]
 	if !dup && !dup2 {
@@ -395,9 +403,6 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 		return fail(fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
 			strings.Join(stale, "; "), sinks.ErrStale))
 	}
-	if err := s.checkLeases(l); err != nil {
-		return fail(err)
-	}
 	at, err := s.commitTime(ctx, l.meta)
 	if err != nil {
 		return fail(err)
@@ -413,9 +418,16 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 		return err
 	}
 	if n == 0 {
-		// A lock or the marker was removed by recovery, which took this
+		// A lease's fence moved on (another holder took the target over),
+		// or a lock or the marker was removed by recovery, which took this
 		// load for abandoned: nothing was committed.
 		s.discard(context.WithoutCancel(ctx), l)
+		if lost, err := s.fencedOut(ctx, l); err != nil || lost != "" {
+			if err == nil {
+				err = fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow, lost, sinks.ErrLeaseLost)
+			}
+			return err
+		}
 		if stale, err := s.staleSlots(ctx, l.meta, c.From); err == nil && len(stale) > 0 {
 			return fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
 				strings.Join(stale, "; "), sinks.ErrStale)

@@ -68,8 +68,16 @@ func (l layout) stateFile(table string) string { return filepath.Join(l.tableDir
 
 func (l layout) leases() string { return filepath.Join(l.root, stateDir, "leases") }
 
-// leaseFile is flocked by the holder of a CDC target's lease.
-func (l layout) leaseFile(table string) string { return filepath.Join(l.leases(), table) }
+// leaseFile is the record of a lease (lease.go).
+func (l layout) leaseFile(table string) string { return filepath.Join(l.leases(), table+".json") }
+
+// leaseHolders holds the flocks that mark lease holders alive.
+func (l layout) leaseHolders() string { return filepath.Join(l.leases(), "holders") }
+
+// leaseHolder is flocked by a live holder of leases.
+func (l layout) leaseHolder(holder string) string {
+	return filepath.Join(l.leaseHolders(), fsName(holder))
+}
 
 func (l layout) tmpFile(name string) string { return filepath.Join(l.tmp(), name) }
 

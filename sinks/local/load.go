@@ -33,6 +33,9 @@ type load struct {
 	replace map[string]map[string]bool
 	err     error // a failed Write leaves a file half written: the load can only be aborted
 	done    bool
+	// leaseGens are the generations of the leases its Sink held when it
+	// began: its commit is refused once one of them moved on.
+	leaseGens map[string]int64
 }
 
 // tableFiles are a load's staged files of one table: one, or one per
@@ -85,7 +88,7 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 		s.disk.RemoveAll(tmp)
 		return nil, fmt.Errorf("local: begin %s: %w", meta.LoadID, err)
 	}
-	l := &load{s: s, meta: meta, dir: dir, lk: lk, tables: map[string]*tableFiles{}}
+	l := &load{s: s, meta: meta, dir: dir, lk: lk, tables: map[string]*tableFiles{}, leaseGens: s.leaseGenerations()}
 	s.loadsMu.Lock()
 	s.loads[l] = struct{}{}
 	s.loadsMu.Unlock()
@@ -318,7 +321,7 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	defer unlock()
 	for _, ce := range e.CDC {
 		if err == nil {
-			err = s.checkLease(ce.Table)
+			err = s.checkLease(ce.Table, l.leaseGens)
 		}
 	}
 	s.led.mu.Lock()

@@ -90,7 +90,12 @@ type Sink struct {
 	loads   map[*load]struct{} // loads begun and not finished
 
 	leaseMu sync.Mutex
-	leases  map[string]*lease // CDC targets whose lease this Sink holds
+	leases  map[string]*lease // leases this Sink holds, by name
+	// holders are the flocks marking this Sink's lease holders alive
+	// (lease.go); under holdersMu, taken after leaseMu and the
+	// destination lock.
+	holdersMu sync.Mutex
+	holders   map[string]*holderLock
 
 	closed  atomic.Bool     // refuse new work
 	closing atomic.Bool     // Close ran
@@ -160,6 +165,7 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		schemas: map[string]tableDef{},
 		loads:   map[*load]struct{}{},
 		leases:  map[string]*lease{},
+		holders: map[string]*holderLock{},
 	}
 	for _, dir := range []string{s.lay.root, s.lay.state(), s.lay.tmp(), s.lay.staging(), s.lay.tables()} {
 		if err := disk.MkdirAll(dir, 0o755); err != nil {

@@ -42,6 +42,7 @@ func RunCDC(t *testing.T, newDestination Factory, opts ...Option) {
 		{"one_load_several_targets", testCDCSeveralTargets},
 		{"dead_letters_in_same_load", testCDCDeadLetters},
 		{"lease_excludes_second_holder", testLease},
+		{"lease_taken_over_fences_its_old_holder", testLeaseFenced},
 		{"ensure_adds_nullable_column", testCDCEnsureAdd},
 	}
 	runCases(t, newDestination, tests)
@@ -872,4 +873,65 @@ func testCDCEnsureAdd(t *testing.T, h *harness) {
 		return ld.Upsert(ctx, scd1Table.Name, b, []string{encKey(2)}, []string{encSeq(2)})
 	})
 	expectContent(t, s2, widerTable, "after adding a column", "1|a|1|NULL", "2|b2|NULL|noted")
+}
+
+// testLeaseFenced: a holder that stopped renewing its lease (paused, cut
+// off) is taken over once the lease expired, although its Sink lives; from
+// then on its commits of the target are refused with ErrLeaseLost, a load
+// it began before the takeover included, and its next AcquireLease says
+// the lease was lost. It then competes again like any other holder.
+func testLeaseFenced(t *testing.T, h *harness) {
+	ctx := context.Background()
+	s1, s2 := h.sink(), h.sink()
+	ensure(t, s1, scd1Table, scd2Table)
+	l1, l2 := leaser(t, s1), leaser(t, s2)
+	if err := l1.AcquireLease(ctx, scd1Table.Name, "holder-1", time.Second); err != nil {
+		t.Fatalf("AcquireLease: %v", err)
+	}
+	h.mustCDC(s1, "f", upsert1(scd1Table.Name, r1{1, "a", 1, 1}))
+	// A load staged before the takeover, committed after it.
+	ld, _ := h.beginCDC(s1, "f", scd1Table.Name)
+	if err := upsert1(scd1Table.Name, r1{9, "late", 9, 9})(ctx, ld); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.AcquireLease(ctx, scd1Table.Name, "holder-2", time.Minute); !errors.Is(err, sinks.ErrLeaseHeld) {
+		t.Fatalf("AcquireLease of a live lease: %v, want ErrLeaseHeld", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := l2.AcquireLease(ctx, scd1Table.Name, "holder-2", time.Minute)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, sinks.ErrLeaseHeld) || time.Now().After(deadline) {
+			t.Fatalf("AcquireLease after the holder stopped renewing: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err := ld.Commit(ctx, sinks.Commit{From: batch.Positions{kafka("cdc", 0, 1)}, To: batch.Positions{kafka("cdc", 0, 2)}})
+	if !errors.Is(err, sinks.ErrLeaseLost) {
+		t.Fatalf("commit of a load begun before the takeover: %v, want ErrLeaseLost", err)
+	}
+	if _, err := h.cdcCommit(s1, "f", upsert1(scd1Table.Name, r1{8, "after", 8, 8})); !errors.Is(err, sinks.ErrLeaseLost) && !errors.Is(err, sinks.ErrLeaseHeld) {
+		t.Fatalf("commit of the old holder after the takeover: %v, want a lease error", err)
+	}
+	if err := l1.AcquireLease(ctx, scd1Table.Name, "holder-1", time.Second); !errors.Is(err, sinks.ErrLeaseLost) {
+		t.Fatalf("renewal of the old holder: %v, want ErrLeaseLost", err)
+	}
+	if err := l1.AcquireLease(ctx, scd1Table.Name, "holder-1", time.Second); !errors.Is(err, sinks.ErrLeaseHeld) {
+		t.Fatalf("the old holder competing again: %v, want ErrLeaseHeld", err)
+	}
+	h.mustCDC(s2, "f", upsert1(scd1Table.Name, r1{2, "b", 2, 2}))
+	expectContent(t, s2, scd1Table, "after the takeover", "1|a|1", "2|b|2")
+	if err := l2.ReleaseLease(ctx, scd1Table.Name, "holder-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.AcquireLease(ctx, scd1Table.Name, "holder-1", time.Minute); err != nil {
+		t.Fatalf("the old holder after the release: %v", err)
+	}
+	h.mustCDC(s1, "f", upsert1(scd1Table.Name, r1{3, "c", 3, 3}))
+	expectContent(t, s1, scd1Table, "after the old holder took it again", "1|a|1", "2|b|2", "3|c|3")
+	if err := l1.ReleaseLease(ctx, scd1Table.Name, "holder-1"); err != nil {
+		t.Fatal(err)
+	}
 }
