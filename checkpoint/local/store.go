@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -124,7 +126,7 @@ func (s *Store) with(ctx context.Context, write bool, fn func(tx *bbolt.Tx) erro
 	defer s.mu.Unlock()
 	db, err := bbolt.Open(s.path, 0o644, &bbolt.Options{Timeout: s.timeout})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return fmt.Errorf("%s held by another process for more than %v", s.path, s.timeout)
+		return fmt.Errorf("%s held by another process for more than %v: %w", s.path, s.timeout, err)
 	}
 	if err != nil {
 		return err
@@ -138,6 +140,31 @@ func (s *Store) with(ctx context.Context, write bool, fn func(tx *bbolt.Tx) erro
 		err = fmt.Errorf("close %s: %w", s.path, cerr)
 	}
 	return err
+}
+
+// errCorrupt marks a record the store cannot read.
+var errCorrupt = errors.New("corrupt checkpoint")
+
+// Retryable reports whether an operation that failed with err may succeed
+// when tried again: the file held by another process past LockTimeout, or
+// a file-system error (a full disk, an I/O error). A stale or refused
+// write, a missing entry, a closed store, an invalid key or value, a
+// corrupt record or a cancelled context are not. This is the store's one
+// classifier.
+func (s *Store) Retryable(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, checkpoint.ErrStale), errors.Is(err, checkpoint.ErrNotFound),
+		errors.Is(err, checkpoint.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, errCorrupt):
+		return false
+	case errors.Is(err, berrors.ErrTimeout):
+		return true
+	}
+	var pe *fs.PathError
+	var le *os.LinkError
+	var se *os.SyscallError
+	var errno syscall.Errno
+	return errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &errno)
 }
 
 // record is an entry as stored: format byte 1, revision, update time in
@@ -174,7 +201,7 @@ func decodeRecord(b []byte) (record, error) {
 		return record{}, nil
 	}
 	if len(b) < recordHeader || b[0] != recordFormat {
-		return record{}, fmt.Errorf("unreadable record of %d bytes", len(b))
+		return record{}, fmt.Errorf("%w: unreadable record of %d bytes", errCorrupt, len(b))
 	}
 	return record{
 		revision: binary.BigEndian.Uint64(b[1:]),

@@ -384,3 +384,62 @@ func TestNewFoldersSynced(t *testing.T) {
 		t.Fatalf("Open with a failing fsync: %v, want the EIO of a folder's sync", err)
 	}
 }
+
+// TestRetryable classifies the errors the store really returns: the file
+// held by another opener past LockTimeout and a failing file system are
+// worth retrying; a stale write, a missing entry, a closed store and an
+// invalid key are not.
+func TestRetryable(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{LockTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := checkpoint.Key{Pipeline: "p", Kind: "k", Flow: "f"}
+	if err := s.Put(ctx, key, checkpoint.Entry{Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	stale := s.Put(ctx, key, checkpoint.Entry{Value: []byte("w")})
+	_, missing := s.Get(ctx, checkpoint.Key{Pipeline: "p", Kind: "k", Flow: "none"})
+	_, invalid := s.Get(ctx, checkpoint.Key{Kind: "k"})
+	// Another opener of the file holds it.
+	db, err := bbolt.Open(s.path, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, held := s.Get(ctx, key)
+	db.Close()
+	failing, err := Open(t.TempDir(), Options{FS: fsys.NewFaulty(fsys.OS{}, func(op fsys.Op, path string) error { return syscall.EIO })})
+	var broken error
+	if err == nil {
+		_, broken = failing.Get(ctx, key)
+	} else {
+		broken = err
+	}
+	s.Close()
+	_, closed := s.Get(ctx, key)
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"stale", stale, false},
+		{"not found", missing, false},
+		{"invalid key", invalid, false},
+		{"closed", closed, false},
+		{"cancelled", context.Canceled, false},
+		{"held past the lock timeout", held, true},
+		{"file system failing", broken, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.err == nil {
+				t.Fatal("the operation did not fail")
+			}
+			if got := s.Retryable(tc.err); got != tc.want {
+				t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
