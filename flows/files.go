@@ -155,7 +155,11 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler) (d
 		}
 	}
 
-	heads, err := r.heads(ctx, f.Name)
+	slots := make(batch.Positions, len(files))
+	for i, fl := range files {
+		slots[i] = batch.Position{File: fl.Name}
+	}
+	heads, err := r.heads(ctx, f.Name, slots)
 	if err != nil {
 		return false, err
 	}

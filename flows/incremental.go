@@ -132,12 +132,16 @@ func (r *runner) incrementalPass(ctx context.Context, f *spec.Flow, h batchHandl
 			w.StartInclusive = false
 		}
 	}
-	heads, err := r.heads(ctx, f.Name)
+	ir := &incrementalRun{r: r, f: f, h: h, rs: rs, inc: inc, w: w, run: stored.Runs, next: st}
+	slots := make(batch.Positions, len(files))
+	for i, fl := range files {
+		slots[i] = batch.Position{File: ir.posName(fl.Name)}
+	}
+	heads, err := r.heads(ctx, f.Name, slots)
 	if err != nil {
 		return err
 	}
-	ir := &incrementalRun{r: r, f: f, h: h, rs: rs, inc: inc, w: w, run: stored.Runs, next: st,
-		pos: heads.Files()}
+	ir.pos = heads.Files()
 	log.Info("incremental run", "run", ir.run+1, "window", windowText(w), "files", len(files))
 	if replace {
 		err = ir.replacePartitions(ctx, files)

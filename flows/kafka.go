@@ -76,7 +76,11 @@ func (r *runner) consumerConfig(f *spec.Flow) (consumer.Config, error) {
 
 // Positions returns the ledger positions of the flow's partitions.
 func (kf *kafkaFlow) Positions(ctx context.Context, topic string, partitions []int32) (map[int32]int64, error) {
-	heads, err := kf.r.heads(ctx, kf.flow.Name)
+	ps := make(batch.Positions, len(partitions))
+	for i, p := range partitions {
+		ps[i] = batch.Position{Topic: topic, Partition: p}
+	}
+	heads, err := kf.r.heads(ctx, kf.flow.Name, ps)
 	if err != nil {
 		return nil, err
 	}

@@ -118,7 +118,7 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 	if !errors.Is(err, sinks.ErrStale) || len(c.From) == 0 {
 		return err
 	}
-	heads, herr := r.heads(ctx, f.Name)
+	heads, herr := r.heads(ctx, f.Name, c.From)
 	if herr != nil {
 		return herr
 	}
@@ -141,16 +141,21 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 	return se
 }
 
-// heads reads the heads of a flow's slots from the destination.
-func (r *runner) heads(ctx context.Context, flow string) (sinks.Heads, error) {
-	var led *batch.Ledger
-	err := r.retry(ctx, "read ledger", func(ctx context.Context) error {
+// heads reads the heads of the slots of a flow's positions from the
+// destination; all its slots when ps is nil.
+func (r *runner) heads(ctx context.Context, flow string, ps batch.Positions) (sinks.Heads, error) {
+	var slots []string
+	if ps != nil {
+		slots = make([]string, len(ps))
+		for i, p := range ps {
+			slots[i] = sinks.Slot(p)
+		}
+	}
+	var h sinks.Heads
+	err := r.retry(ctx, "read heads", func(ctx context.Context) error {
 		var err error
-		led, err = r.sink.Ledger(ctx)
+		h, err = r.sink.Heads(ctx, r.p.Pipeline, flow, slots)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return sinks.LedgerHeads(led, flow), nil
+	return h, err
 }

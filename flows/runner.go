@@ -174,7 +174,7 @@ func (r *runner) execute(ctx context.Context) error {
 	}
 	defer stopBeat()
 
-	if _, err := r.sink.Recover(ctx); err != nil {
+	if err := r.sink.Recover(ctx); err != nil {
 		return err
 	}
 	targets, err := r.cdcTargets()

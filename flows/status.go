@@ -61,7 +61,7 @@ type PartitionProgress struct {
 // Status reads the pipeline's state from the destination and, when reach is
 // true, the partitions' end offsets from Kafka.
 func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) (*Report, error) {
-	led, err := sink.Ledger(ctx)
+	totals, err := sink.Totals(ctx, p.Pipeline)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,10 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Pipeline: p.Pipeline, Processes: hbs, LoadsTotal: len(led.Loads)}
+	rep := &Report{Pipeline: p.Pipeline, Processes: hbs}
+	for _, t := range totals {
+		rep.LoadsTotal += int(t.Loads)
+	}
 	store, err := OpenCheckpoints(ctx, p, sink, nil)
 	if err != nil {
 		store = nil // status still reports what the ledger says
@@ -79,17 +82,15 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	for i := range p.Flows {
 		f := &p.Flows[i]
 		fr := FlowReport{Name: f.Name, Kind: f.Kind, Target: f.Target, Source: sourceKind(f)}
-		for _, ld := range led.Loads {
-			if ld.Flow != f.Name {
-				continue
-			}
-			fr.Loads++
-			fr.Rows += ld.Rows
-			fr.DeadLetters += ld.DeadLetters
-			at := ld.CommittedAt
+		if t, ok := totals[f.Name]; ok {
+			fr.Loads, fr.Rows, fr.DeadLetters = int(t.Loads), t.Rows, t.DeadLetters
+			at := t.LastAt
 			fr.LastLoadAt = &at
 		}
-		heads := sinks.LedgerHeads(led, f.Name)
+		heads, err := sink.Heads(ctx, p.Pipeline, f.Name, nil)
+		if err != nil {
+			return nil, err
+		}
 		if f.Source.Files != nil {
 			fr.Source = "files:" + f.Source.Files.Path
 			for _, fp := range heads.Files() {

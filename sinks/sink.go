@@ -64,11 +64,21 @@ type Sink interface {
 	// Ensure creates the tables and sluice's own tables when missing, and
 	// checks that existing ones have the declared columns.
 	Ensure(ctx context.Context, tables []Table) error
-	// Recover rolls committed loads forward, removes uncommitted ones, and
-	// returns the ledger of committed loads in commit order.
-	Recover(ctx context.Context) (*batch.Ledger, error)
-	// Ledger reads the committed loads in commit order without recovering
-	// anything: safe while other processes write the same destination.
+	// Recover rolls committed loads forward and removes uncommitted ones.
+	Recover(ctx context.Context) error
+	// Heads returns the heads of a flow's slots (chain.go) as of every load
+	// committed before the call, forgetting the loads committed before the
+	// flow's last reset: of the slots named (Slot's names), or when slots
+	// is nil of every slot the destination keeps a head of. Its cost grows
+	// with the slots, not with the loads ever committed.
+	Heads(ctx context.Context, pipeline, flow string, slots []string) (Heads, error)
+	// Totals sums, per flow of the pipeline, the committed loads that moved
+	// its positions since its last reset. Its cost grows with the flows and
+	// slots, not with the loads ever committed.
+	Totals(ctx context.Context, pipeline string) (map[string]FlowTotals, error)
+	// Ledger reads every committed load in commit order without recovering
+	// anything: safe while other processes write the same destination. It
+	// reads the whole ledger (lineage, _sluice_loads): not for hot paths.
 	Ledger(ctx context.Context) (*batch.Ledger, error)
 	// Begin starts a load.
 	Begin(ctx context.Context, meta LoadMeta) (Load, error)
@@ -97,6 +107,14 @@ type Load interface {
 	Commit(ctx context.Context, c Commit) error
 	// Abort discards a load that was not committed.
 	Abort(ctx context.Context) error
+}
+
+// FlowTotals are the counts of a flow's committed loads.
+type FlowTotals struct {
+	Loads       int64
+	Rows        int64
+	DeadLetters int64
+	LastAt      time.Time // when the last of them committed
 }
 
 // Heartbeat marks a live sluice process of a pipeline.

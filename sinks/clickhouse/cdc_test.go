@@ -445,7 +445,7 @@ func TestCDCCrashAfterCommit(t *testing.T) {
 			// The process is gone; another one takes over.
 			s2 := open()
 			if !tc.read {
-				if _, err := s2.Recover(ctx); err != nil {
+				if err := s2.Recover(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}

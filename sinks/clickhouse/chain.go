@@ -189,49 +189,6 @@ func retrySystem(ctx context.Context, read func() error) error {
 	}
 }
 
-// heads returns, for each slot, the position the flow's committed loads
-// reached (absent: none reached it).
-// Loads committed before reset (the flow's last reset) do not count.
-func (s *Sink) heads(ctx context.Context, pipeline, flow string, slots []string, reset time.Time) (sinks.Heads, error) {
-	args := []any{pipeline, flow}
-	for _, sl := range slots {
-		args = append(args, sl)
-	}
-	args = append(args, "*")
-	rows, err := s.conn.Query(ctx, "SELECT positions, committed_at, committed_us FROM "+s.table(batch.LoadsTable)+
-		" WHERE pipeline = ? AND flow = ? AND slot IN ("+chsql.Placeholders(len(slots)+1)+")", args...)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
-	}
-	defer rows.Close()
-	want := map[string]bool{}
-	for _, sl := range slots {
-		want[sl] = true
-	}
-	out := sinks.Heads{}
-	for rows.Next() {
-		var text string
-		var at time.Time
-		var us uint32
-		if err := rows.Scan(&text, &at, &us); err != nil {
-			return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
-		}
-		if withMicros(at, us).Before(reset) {
-			continue
-		}
-		ps, err := batch.DecodePositions(text)
-		if err != nil {
-			return nil, fmt.Errorf("clickhouse: ledger of flow %s: %w", flow, err)
-		}
-		ps = slices.DeleteFunc(ps, func(p batch.Position) bool { return !want[sinks.Slot(p)] })
-		out.Advance(ps)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("clickhouse: read ledger of flow %s: %w", flow, err)
-	}
-	return out, nil
-}
-
 // fromSlots returns the slots of c.From, sorted, and the From position of each.
 func fromSlots(from batch.Positions) ([]string, map[string]batch.Position) {
 	pos := map[string]batch.Position{}
@@ -246,22 +203,23 @@ func fromSlots(from batch.Positions) ([]string, map[string]batch.Position) {
 	return keys, pos
 }
 
-// staleSlots checks the chain of each slot and describes the ones the load
-// does not continue.
-func (s *Sink) staleSlots(ctx context.Context, meta sinks.LoadMeta, from batch.Positions) ([]string, error) {
+// staleSlots checks the chain of each slot of from and describes the ones
+// the load does not continue; it returns the heads it read too, for the
+// heads the load then writes and its commit time.
+func (s *Sink) staleSlots(ctx context.Context, meta sinks.LoadMeta, from batch.Positions) ([]string, flowHeads, error) {
 	slots, _ := fromSlots(from)
 	if len(slots) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	rt, err := s.resetTimes(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	heads, err := s.heads(ctx, meta.Pipeline, meta.Flow, slots, rt.last(meta.Pipeline, meta.Flow))
+	heads, err := s.foldHeads(ctx, meta.Pipeline, meta.Flow, slots, rt.last(meta.Pipeline, meta.Flow))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return heads.Stale(from), nil
+	return heads.heads().Stale(from), heads, nil
 }
 
 // insertRow writes the load's ledger row, provided its marker and locks

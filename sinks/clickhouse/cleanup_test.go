@@ -40,7 +40,7 @@ func TestBackgroundCleanup(t *testing.T) {
 				o.CleanupEvery = 100 * time.Millisecond
 				o.Grace = tc.grace
 			})
-			if _, err := idle.Recover(ctx); err != nil {
+			if err := idle.Recover(ctx); err != nil {
 				t.Fatal(err)
 			}
 			now := time.Now()

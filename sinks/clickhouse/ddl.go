@@ -102,9 +102,27 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	target String, holder String, expires DateTime('UTC'), version UInt64
 ) ENGINE = ReplacingMergeTree(version) ORDER BY target`},
 	}
+	had, err := s.queryUint(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, headsTable)
+	if err != nil {
+		return fmt.Errorf("clickhouse: look for %s: %w", headsTable, err)
+	}
+	stmts = append(stmts, struct{ what, sql string }{"create " + headsTable, "CREATE TABLE IF NOT EXISTS " + s.table(headsTable) + ` (
+	pipeline String, flow String, slot String, position String,
+	loads Int64, rows Int64, dead_letters Int64, version UInt64, load_id String
+) ENGINE = ReplacingMergeTree(version) ORDER BY (pipeline, flow, slot)`})
 	for _, st := range stmts {
 		if err := s.exec(ctx, st.what, st.sql); err != nil {
 			return err
+		}
+	}
+	if had == 0 {
+		// A ledger from before the heads: write them from it, once.
+		if n, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(batch.LoadsTable)); err != nil {
+			return err
+		} else if n > 0 {
+			if err := s.backfillHeads(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if err := s.ensureReplacedColumn(ctx); err != nil {

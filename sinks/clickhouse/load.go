@@ -395,7 +395,7 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 			return fail(err)
 		}
 	}
-	stale, err := s.staleSlots(ctx, l.meta, c.From)
+	stale, prev, err := s.staleSlots(ctx, l.meta, c.From)
 	if err != nil {
 		return fail(err)
 	}
@@ -403,7 +403,7 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 		return fail(fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
 			strings.Join(stale, "; "), sinks.ErrStale))
 	}
-	at, err := s.commitTime(ctx, l.meta)
+	at, err := s.commitTime(ctx, l.meta, prev.latest())
 	if err != nil {
 		return fail(err)
 	}
@@ -428,13 +428,15 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 			}
 			return err
 		}
-		if stale, err := s.staleSlots(ctx, l.meta, c.From); err == nil && len(stale) > 0 {
+		if stale, _, err := s.staleSlots(ctx, l.meta, c.From); err == nil && len(stale) > 0 {
 			return fmt.Errorf("clickhouse: commit load %s of flow %s: %s: %w", l.meta.LoadID, l.meta.Flow,
 				strings.Join(stale, "; "), sinks.ErrStale)
 		}
 		return chsql.Transient("clickhouse: commit load %s: recovery fenced it off as abandoned; nothing was committed, retry", l.meta.LoadID)
 	}
 	l.state = stateCommitted
+	// Under the slots' locks still: the next commit of a slot finds them.
+	s.writeHeads(ctx, l, c, at, prev)
 	if err := s.releaseLocks(ctx, l); err != nil {
 		s.log.Warn("locks not released; the next writer of the slot removes them", "load", l.meta.LoadID, "err", err)
 	}

@@ -6,18 +6,17 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Recover rolls committed loads forward, removes the uncommitted loads,
-// markers and locks of processes that stopped, and returns the ledger.
+// markers and locks of processes that stopped.
 // Loads of live processes sharing the database are left alone, except that
 // a committed load is published by whoever gets to it first (fenced, so
 // never twice).
-func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
+func (s *Sink) Recover(ctx context.Context) error {
 	if err := s.ensureSystem(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	s.mntMu.Lock()
 	defer s.mntMu.Unlock()
@@ -25,12 +24,9 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 	s.lastMnt = time.Now()
 	s.mu.Unlock()
 	if err := s.maintain(ctx, true); err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.rollResets(ctx); err != nil {
-		return nil, err
-	}
-	return s.Ledger(ctx)
+	return s.rollResets(ctx)
 }
 
 // maybeMaintain runs the periodic maintenance at most every maintainEvery,
@@ -263,6 +259,10 @@ func (s *Sink) finishCommitted(ctx context.Context, lo *loadObjects) error {
 		if err := s.exec(ctx, "drop partition list", s.dropStmt(name)); err != nil {
 			return err
 		}
+	}
+	// Its writer may have stopped before it wrote the heads.
+	if err := s.refreshHeads(ctx, lo.id); err != nil {
+		return err
 	}
 	return s.exec(ctx, "drop marker", s.dropStmt(markerName(lo.enc)))
 }

@@ -424,16 +424,21 @@ func (s *Sink) flowsLoadedSince(ctx context.Context, r resetRow) (bool, error) {
 }
 
 // commitTime returns the time a load commits at: now, or just after the last
-// reset of its flow when this process's clock is behind the resetter's, so
-// that a load committed after a reset always counts.
-func (s *Sink) commitTime(ctx context.Context, meta sinks.LoadMeta) (time.Time, error) {
-	at := time.Now()
+// reset of its flow, or just after headUS (the commit time, in µs, of the
+// latest head the load continues), when this process's clock is behind the
+// resetter's or the last writer's: a load committed after a reset always
+// counts, and a slot's loads commit in time order (heads.go).
+func (s *Sink) commitTime(ctx context.Context, meta sinks.LoadMeta, headUS int64) (time.Time, error) {
+	at := time.Now().UTC().Truncate(time.Microsecond)
 	rt, err := s.resetTimes(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
 	if last := rt.last(meta.Pipeline, meta.Flow); !at.After(last) {
 		at = last.Add(time.Microsecond)
+	}
+	if head := time.UnixMicro(headUS).UTC(); headUS > 0 && !at.After(head) {
+		at = head.Add(time.Microsecond)
 	}
 	return at, nil
 }

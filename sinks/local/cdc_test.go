@@ -563,7 +563,7 @@ func TestCDCCrash(t *testing.T) {
 
 			s2 := openTest(t, opts)
 			if tc.recover {
-				if _, err := s2.Recover(ctx); err != nil {
+				if err := s2.Recover(ctx); err != nil {
 					t.Fatalf("Recover: %v", err)
 				}
 			}
@@ -581,7 +581,7 @@ func TestCDCCrash(t *testing.T) {
 			}
 			sameContent(t, "after recovery", custContent(t, s2, custTable.Name), want)
 			if !tc.recover {
-				if _, err := s2.Recover(ctx); err != nil {
+				if err := s2.Recover(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -166,7 +166,7 @@ func failCommitAt(t *testing.T, ref everyRef, o everyOp, crashes, committed bool
 		}
 		s1.kill()
 		s = openTest(t, everyOpts(dir))
-		if _, err := s.Recover(ctx); err != nil {
+		if err := s.Recover(ctx); err != nil {
 			t.Fatalf("Recover: %v", err)
 		}
 	} else if !s1.Retryable(err) {
@@ -189,12 +189,12 @@ func failCommitAt(t *testing.T, ref everyRef, o everyOp, crashes, committed bool
 			t.Fatal(err)
 		}
 		s = openTest(t, everyOpts(dir))
-		if _, err := s.Recover(ctx); err != nil {
+		if err := s.Recover(ctx); err != nil {
 			t.Fatalf("Recover: %v", err)
 		}
 		ref.end.same(t, "after reopening", readEvery(t, s))
 	}
-	if _, err := s.Recover(ctx); err != nil {
+	if err := s.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if left := entries(t, filepath.Join(dir, stateDir, "staging")); len(left) != 0 {

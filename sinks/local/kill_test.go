@@ -67,7 +67,7 @@ func TestKillDuringCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd.Wait()
-		if _, err := s.Recover(ctx); err != nil {
+		if err := s.Recover(ctx); err != nil {
 			t.Fatalf("round %d: Recover: %v", round, err)
 		}
 		checkConsistent(t, s, "orders")
@@ -108,7 +108,7 @@ func killChild(dir string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if _, err := s.Recover(ctx); err != nil {
+	if err := s.Recover(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -22,9 +22,15 @@ const stateDir = "_sluice"
 func (l layout) state() string    { return filepath.Join(l.root, stateDir) }
 func (l layout) lockFile() string { return filepath.Join(l.root, stateDir, "lock") }
 func (l layout) ledger() string   { return filepath.Join(l.root, stateDir, "ledger.jsonl") }
-func (l layout) tmp() string      { return filepath.Join(l.root, stateDir, "tmp") }
-func (l layout) staging() string  { return filepath.Join(l.root, stateDir, "staging") }
-func (l layout) tables() string   { return filepath.Join(l.root, stateDir, "tables") }
+
+// ledgerBase folds the ledger's lines up to a seq (ledger.go).
+func (l layout) ledgerBase() string { return filepath.Join(l.root, stateDir, "ledger.base.json") }
+
+// ledgerArchive holds the ledger's lines that a base folds, for lineage.
+func (l layout) ledgerArchive() string { return filepath.Join(l.root, stateDir, "loads") }
+func (l layout) tmp() string           { return filepath.Join(l.root, stateDir, "tmp") }
+func (l layout) staging() string       { return filepath.Join(l.root, stateDir, "staging") }
+func (l layout) tables() string        { return filepath.Join(l.root, stateDir, "tables") }
 
 // stagingDir is where a load stages its files until it is published.
 func (l layout) stagingDir(loadID string) string {

@@ -356,6 +356,35 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 		return fmt.Errorf("local: load %s is committed; publishing failed and is retried by the next commit or Recover: %w",
 			l.meta.LoadID, err)
 	}
+	if err := s.compactLedger(); err != nil {
+		s.log.Warn("ledger not compacted; the next commit tries again", "err", err)
+	}
+	return nil
+}
+
+// compactLedger compacts the ledger (ledger.go) once it holds
+// compactLedgerAt lines, every one published: the queued states are
+// applied first, so that nothing folded is still to do. Under the
+// destination lock.
+func (s *Sink) compactLedger() error {
+	s.led.mu.Lock()
+	n, last := len(s.led.entries), s.led.lastSeq()
+	s.led.mu.Unlock()
+	if n < s.compactAt || s.pubd != last {
+		return nil
+	}
+	if err := s.applyQueued(""); err != nil {
+		return err
+	}
+	s.led.mu.Lock()
+	defer s.led.mu.Unlock()
+	if s.led.lastSeq() != last {
+		return nil
+	}
+	if err := s.led.compact(); err != nil {
+		return err
+	}
+	s.log.Debug("ledger compacted", "through", last)
 	return nil
 }
 

@@ -127,7 +127,7 @@ func TestPartitionedTable(t *testing.T) {
 		}
 	}
 	s2 := openTest(t, opts)
-	if _, err := s2.Recover(ctx); err != nil {
+	if err := s2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	check(s2, "after reopening")
@@ -155,7 +155,7 @@ func TestPartitionedCrash(t *testing.T) {
 	expectCrash(t, cr, "commit", err)
 	s1.kill()
 	s2 := openTest(t, testOpts(dir))
-	if _, err := s2.Recover(ctx); err != nil {
+	if err := s2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := checkConsistent(t, s2, "orders"); n != 40 {

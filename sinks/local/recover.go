@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
-
-	"github.com/sluicehq/sluice/flows/batch"
 )
 
 // tmpMaxAge is the age after which Recover removes leftovers in _sluice/tmp
@@ -21,13 +19,12 @@ const tmpMaxAge = time.Hour
 // not committed), publishes every committed load its tables do not hold
 // yet, removes the staging folders of loads that are not committed and
 // whose writer is gone (a live load's folder is locked), removes version
-// folders no table points to, and returns the ledger (of Options.Pipeline
-// when set). Loads of live writers in other processes are left alone, so
+// folders no table points to. Loads of live writers in other processes are left alone, so
 // Recover is safe while they run.
-func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
+func (s *Sink) Recover(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("local: recover: %w", err)
+		return fmt.Errorf("local: recover: %w", err)
 	}
 	defer unlock()
 	s.led.mu.Lock()
@@ -36,7 +33,7 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 	torn := s.led.cut > cut
 	s.led.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("local: recover: %w", err)
+		return fmt.Errorf("local: recover: %w", err)
 	}
 	if torn {
 		s.log.Info("recovery: cut a torn ledger line (a commit that did not complete)")
@@ -45,14 +42,14 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 	// after what this Sink published: another process may have died.
 	s.pubd = 0
 	if err := s.publishPending(ctx, false); err != nil {
-		return nil, fmt.Errorf("local: recover: %w", err)
+		return fmt.Errorf("local: recover: %w", err)
 	}
 	if err := s.removeDeadStaging(); err != nil {
-		return nil, fmt.Errorf("local: recover: %w", err)
+		return fmt.Errorf("local: recover: %w", err)
 	}
 	tables, err := s.listTables()
 	if err != nil {
-		return nil, fmt.Errorf("local: recover: %w", err)
+		return fmt.Errorf("local: recover: %w", err)
 	}
 	for _, t := range tables {
 		m, err := s.current(t)
@@ -60,16 +57,14 @@ func (s *Sink) Recover(ctx context.Context) (*batch.Ledger, error) {
 			continue // Ensure died before the table's first swap
 		}
 		if err != nil {
-			return nil, fmt.Errorf("local: recover %s: %w", t, err)
+			return fmt.Errorf("local: recover %s: %w", t, err)
 		}
 		if err := s.gcVersions(t, m.Version); err != nil {
-			return nil, fmt.Errorf("local: recover %s: %w", t, err)
+			return fmt.Errorf("local: recover %s: %w", t, err)
 		}
 	}
 	s.removeOldTmp()
-	s.led.mu.Lock()
-	defer s.led.mu.Unlock()
-	return s.led.records(s.opts.Pipeline), nil
+	return nil
 }
 
 // removeDeadStaging removes staging folders whose lock no one holds: loads

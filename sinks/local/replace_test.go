@@ -258,7 +258,7 @@ func TestReplaceCrash(t *testing.T) {
 			}
 			for i := range 2 {
 				s2 := openTest(t, testOpts(dir))
-				if _, err := s2.Recover(ctx); err != nil {
+				if err := s2.Recover(ctx); err != nil {
 					t.Fatalf("Recover %d: %v", i, err)
 				}
 				for _, table := range tables {
@@ -329,7 +329,7 @@ func TestReplacePublishedTogether(t *testing.T) {
 					after.Version, after.Through, before.Version+1)
 			}
 			expectGens(t, s2, eventsTable.Name, "after both loads", tc.want)
-			if _, err := s2.Recover(ctx); err != nil {
+			if err := s2.Recover(ctx); err != nil {
 				t.Fatal(err)
 			}
 			expectGens(t, s2, eventsTable.Name, "after Recover", tc.want)
@@ -496,7 +496,7 @@ func TestKillDuringReplace(t *testing.T) {
 		if unpublished(t, s) {
 			midPublish++
 		}
-		if _, err := s.Recover(ctx); err != nil {
+		if err := s.Recover(ctx); err != nil {
 			t.Fatalf("round %d: Recover: %v", round, err)
 		}
 		lastLoads = checkReplaced(t, s, round)
@@ -574,7 +574,7 @@ func replaceChild(dir string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if _, err := s.Recover(ctx); err != nil {
+	if err := s.Recover(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -38,6 +38,11 @@ func (l *ledger) addReset(e *entry) {
 				delete(l.heads, k)
 			}
 		}
+		for k := range l.totals {
+			if k.flow == f && (e.Pipeline == "" || k.pipeline == e.Pipeline) {
+				delete(l.totals, k)
+			}
+		}
 	}
 	for _, t := range e.Reset.Tables {
 		l.stateLast[t] = e.Seq

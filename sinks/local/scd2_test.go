@@ -583,7 +583,7 @@ func TestSCD2Crash(t *testing.T) {
 				want.apply(crashing)
 			}
 			s2 := openTest(t, opts)
-			if _, err := s2.Recover(ctx); err != nil {
+			if err := s2.Recover(ctx); err != nil {
 				t.Fatalf("Recover: %v", err)
 			}
 			checkVer(t, s2, want)
@@ -598,7 +598,7 @@ func TestSCD2Crash(t *testing.T) {
 				t.Fatalf("history files %v: none replaces or merges others", h)
 			}
 			// Publishing again changes nothing; the next load applies on top.
-			if _, err := s2.Recover(ctx); err != nil {
+			if err := s2.Recover(ctx); err != nil {
 				t.Fatal(err)
 			}
 			checkVer(t, s2, want)

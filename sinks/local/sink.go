@@ -97,6 +97,10 @@ type Sink struct {
 	holdersMu sync.Mutex
 	holders   map[string]*holderLock
 
+	// compactAt is how many lines the ledger holds before a commit compacts
+	// it (compactLedgerAt; tests lower it).
+	compactAt int
+
 	closed  atomic.Bool     // refuse new work
 	closing atomic.Bool     // Close ran
 	bg      context.Context // of the background goroutines; stop cancels it
@@ -157,15 +161,16 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Sink{
-		opts:    opts,
-		log:     log.With("sink", "local", "path", opts.Path),
-		lay:     layout{root: opts.Path},
-		disk:    disk,
-		sem:     make(chan struct{}, 1),
-		schemas: map[string]tableDef{},
-		loads:   map[*load]struct{}{},
-		leases:  map[string]*lease{},
-		holders: map[string]*holderLock{},
+		opts:      opts,
+		log:       log.With("sink", "local", "path", opts.Path),
+		lay:       layout{root: opts.Path},
+		disk:      disk,
+		sem:       make(chan struct{}, 1),
+		schemas:   map[string]tableDef{},
+		loads:     map[*load]struct{}{},
+		leases:    map[string]*lease{},
+		holders:   map[string]*holderLock{},
+		compactAt: compactLedgerAt,
 	}
 	for _, dir := range []string{s.lay.root, s.lay.state(), s.lay.tmp(), s.lay.staging(), s.lay.tables()} {
 		if err := disk.MkdirAll(dir, 0o755); err != nil {
@@ -176,7 +181,7 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		return nil, fmt.Errorf("local: open: %w", err)
 	}
 	s.fl = flock.New(s.lay.lockFile())
-	led, err := openLedger(disk, s.lay.ledger())
+	led, err := openLedger(disk, s.lay)
 	if err == nil {
 		err = disk.SyncDir(s.lay.state())
 	}
@@ -291,7 +296,40 @@ func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
 	if err := s.led.refresh(false); err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
-	return s.led.records(s.opts.Pipeline), nil
+	led, err := s.led.records(s.opts.Pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	return led, nil
+}
+
+// Heads returns the heads of a flow's slots (of the slots named; every
+// slot the flow reached when nil), from the ledger in memory after reading
+// the lines appended since.
+func (s *Sink) Heads(ctx context.Context, pipeline, flow string, slots []string) (sinks.Heads, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	s.led.mu.Lock()
+	defer s.led.mu.Unlock()
+	if err := s.led.refresh(false); err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	return s.led.flowHeads(pipeline, flow, slots), nil
+}
+
+// Totals returns, per flow of pipeline, the counts of its committed loads
+// that moved its positions since its last reset.
+func (s *Sink) Totals(ctx context.Context, pipeline string) (map[string]sinks.FlowTotals, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	s.led.mu.Lock()
+	defer s.led.mu.Unlock()
+	if err := s.led.refresh(false); err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	return s.led.flowTotals(pipeline), nil
 }
 
 // Scan returns the logical content of a table as of its current version:
@@ -309,7 +347,11 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 		if err := s.led.refresh(false); err != nil {
 			return nil, fmt.Errorf("local: scan %s: %w", table, err)
 		}
-		return s.led.loadsBatch(), nil
+		b, err := s.led.loadsBatch()
+		if err != nil {
+			return nil, fmt.Errorf("local: scan %s: %w", table, err)
+		}
+		return b, nil
 	}
 	if !tableName.MatchString(table) {
 		return nil, fmt.Errorf("local: scan %q: %w", table, sinks.ErrUnknownTable)

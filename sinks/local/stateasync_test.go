@@ -81,7 +81,7 @@ func TestStatesAppliedAfterCommit(t *testing.T) {
 				s.kill()
 				s = openTest(t, opts)
 				check(s, "after the kill")
-				if _, err := s.Recover(ctx); err != nil {
+				if err := s.Recover(ctx); err != nil {
 					t.Fatal(err)
 				}
 			} else {

@@ -885,7 +885,7 @@ func testLeaseFenced(t *testing.T, h *harness) {
 	s1, s2 := h.sink(), h.sink()
 	ensure(t, s1, scd1Table, scd2Table)
 	l1, l2 := leaser(t, s1), leaser(t, s2)
-	if err := l1.AcquireLease(ctx, scd1Table.Name, "holder-1", time.Second); err != nil {
+	if err := l1.AcquireLease(ctx, scd1Table.Name, "holder-1", time.Minute); err != nil {
 		t.Fatalf("AcquireLease: %v", err)
 	}
 	h.mustCDC(s1, "f", upsert1(scd1Table.Name, r1{1, "a", 1, 1}))
@@ -896,6 +896,10 @@ func testLeaseFenced(t *testing.T, h *harness) {
 	}
 	if err := l2.AcquireLease(ctx, scd1Table.Name, "holder-2", time.Minute); !errors.Is(err, sinks.ErrLeaseHeld) {
 		t.Fatalf("AcquireLease of a live lease: %v, want ErrLeaseHeld", err)
+	}
+	// Its last renewal, for a second; then it stops renewing.
+	if err := l1.AcquireLease(ctx, scd1Table.Name, "holder-1", time.Second); err != nil {
+		t.Fatalf("renewing: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -116,6 +116,7 @@ func Run(t *testing.T, newDestination Factory, opts ...Option) {
 		{"stale_commit_refused", testStale},
 		{"replayed_load_refused", testReplay},
 		{"stale_file_commit_refused", testStaleFile},
+		{"heads_and_totals_agree_with_the_ledger", testHeadsAndTotals},
 		{"publish_failed_then_retried_kafka", func(t *testing.T, h *harness) { testPublishRetried(t, h, c, false) }},
 		{"publish_failed_then_retried_file", func(t *testing.T, h *harness) { testPublishRetried(t, h, c, true) }},
 		{"positions_round_trip", testPositions},
@@ -270,13 +271,13 @@ func ledger(t *testing.T, s sinks.Sink) *batch.Ledger {
 	return l
 }
 
+// recoverLedger runs Recover and returns the ledger after it.
 func recoverLedger(t *testing.T, s sinks.Sink) *batch.Ledger {
 	t.Helper()
-	l, err := s.Recover(context.Background())
-	if err != nil {
+	if err := s.Recover(context.Background()); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
-	return l
+	return ledger(t, s)
 }
 
 func testCommitOnce(t *testing.T, h *harness) {
@@ -532,6 +533,88 @@ func testStaleFile(t *testing.T, h *harness) {
 	heads := sinks.LedgerHeads(ledger(t, s), "f").Files()
 	if heads["a.parquet"] != file(6, true) || !heads["b.parquet"].Done {
 		t.Errorf("file heads %v, want a.parquet done at row 6 and b.parquet done", heads)
+	}
+}
+
+// testHeadsAndTotals: Heads and Totals say what the whole ledger says, for
+// Kafka partitions and files, of the slots named or of all of them, in this
+// sink and in a new one; a reset of a flow forgets its heads and totals.
+func testHeadsAndTotals(t *testing.T, h *harness) {
+	ctx := context.Background()
+	s := h.sink()
+	ensure(t, s, ordersTable)
+	file := func(name string, row int64, done bool) batch.Position {
+		return batch.Position{File: name, RowGroup: row, Done: done}
+	}
+	loads := []struct {
+		flow     string
+		from, to batch.Positions
+		rows     [2]int
+		dls      int64
+	}{
+		{"f", batch.Positions{kafka("t", 0, -1), kafka("t", 1, -1)}, batch.Positions{kafka("t", 0, 10), kafka("t", 1, 4)}, [2]int{0, 5}, 1},
+		{"f", batch.Positions{kafka("t", 0, 10)}, batch.Positions{kafka("t", 0, 25)}, [2]int{5, 8}, 0},
+		{"f", batch.Positions{kafka("t", 1, 4)}, batch.Positions{kafka("t", 1, 9)}, [2]int{8, 9}, 2},
+		{"g", batch.Positions{file("a", 0, false)}, batch.Positions{file("a", 3, false)}, [2]int{9, 12}, 0},
+		{"g", batch.Positions{file("a", 3, false)}, batch.Positions{file("a", 5, true)}, [2]int{12, 14}, 0},
+		{"g", batch.Positions{file("b", 0, false)}, batch.Positions{file("b", 1, false)}, [2]int{14, 15}, 1},
+	}
+	for i, ld := range loads {
+		if _, err := h.commit(s, ld.flow, map[string]*batch.Batch{"orders": orders(ld.rows[0], ld.rows[1])},
+			sinks.Commit{From: ld.from, To: ld.to, Rows: int64(ld.rows[1] - ld.rows[0]), DeadLetters: ld.dls}); err != nil {
+			t.Fatalf("load %d: %v", i, err)
+		}
+	}
+	check := func(what string, s sinks.Sink, flows map[string]sinks.FlowTotals) {
+		t.Helper()
+		led := ledger(t, s)
+		for _, flow := range []string{"f", "g", "none"} {
+			want := sinks.LedgerHeads(led, flow)
+			got, err := s.Heads(ctx, Pipeline, flow, nil)
+			if err != nil {
+				t.Fatalf("%s: Heads of %s: %v", what, flow, err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: Heads of %s = %v, want %v", what, flow, got, want)
+			}
+			for slot, p := range want {
+				one, err := s.Heads(ctx, Pipeline, flow, []string{slot, "k/absent/0"})
+				if err != nil {
+					t.Fatalf("%s: Heads of %s %s: %v", what, flow, slot, err)
+				}
+				if len(one) != 1 || one[slot] != p {
+					t.Errorf("%s: Heads of %s %s = %v, want %v", what, flow, slot, one, p)
+				}
+			}
+		}
+		tot, err := s.Totals(ctx, Pipeline)
+		if err != nil {
+			t.Fatalf("%s: Totals: %v", what, err)
+		}
+		for flow, w := range flows {
+			g := tot[flow]
+			var last time.Time
+			for _, ld := range led.Loads {
+				if ld.Flow == flow && ld.CommittedAt.After(last) {
+					last = ld.CommittedAt
+				}
+			}
+			if g.Loads != w.Loads || g.Rows != w.Rows || g.DeadLetters != w.DeadLetters || !g.LastAt.Equal(last) {
+				t.Errorf("%s: Totals of %s = %+v, want %+v last at %v", what, flow, g, w, last)
+			}
+		}
+		if len(tot) != len(flows) {
+			t.Errorf("%s: Totals of %d flows, want %d: %v", what, len(tot), len(flows), tot)
+		}
+	}
+	all := map[string]sinks.FlowTotals{"f": {Loads: 3, Rows: 9, DeadLetters: 3}, "g": {Loads: 3, Rows: 6, DeadLetters: 1}}
+	check("after the loads", s, all)
+	check("in a new sink", h.sink(), all)
+	if r, ok := s.(sinks.Resetter); ok {
+		if err := r.Reset(ctx, []string{"orders"}, []string{"g"}); err != nil {
+			t.Fatal(err)
+		}
+		check("after a reset of g", s, map[string]sinks.FlowTotals{"f": all["f"]})
 	}
 }
 
