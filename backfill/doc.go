@@ -4,12 +4,13 @@
 // chunks of bounded size that can be resumed, reads several files at once,
 // and shows progress.
 //
-// It owns the rules of DESIGN.md, "Sources", for files: globs, Hive
-// segments and their typing, {version} folders and the _SUCCESS marker, the
-// Parquet type mapping, and how a file that cannot be read is reported. It
-// must not write anything, commit positions, decide what a dead letter
-// becomes (it reports them; the caller writes them or fails the flow), or
-// know about flows, sinks or the CLI. JSON decoding is flows/decode's.
+// It owns the rules of the spec's file sources (docs/spec.md, "Sources"):
+// globs, Hive segments and their typing, {version} folders and the _SUCCESS
+// marker, the Parquet type mapping, and how a file that cannot be read is
+// reported. It must not write anything, commit positions, decide what a
+// dead letter becomes (it reports them; the caller writes them or fails the
+// flow), or know about flows, sinks or the CLI. JSON decoding is
+// flows/decode's.
 //
 // # Planning
 //

@@ -10,9 +10,9 @@ import (
 	"github.com/sluicehq/sluice/flows/batch"
 )
 
-// The acceptance cases of CDC-SEMANTICS.md section 7 (A: SCD type 1,
-// B: SCD type 2), each batch applied and committed before the next, with
-// state carried only by the store.
+// Acceptance cases of the change rules (docs/cdc.md), for SCD type 1 and
+// SCD type 2, each batch applied and committed before the next, with state
+// carried only by the store.
 
 var f1Source = batch.Schema{Columns: []batch.Column{
 	{Name: "id", Type: batch.Int64},
@@ -41,7 +41,7 @@ func f2(flow string) Config {
 	return c
 }
 
-// Events of F1 and F2.
+// Events of the f1 and f2 flows: an upsert, a delete, a truncate.
 func U(id int, name any, seq any) []any { return []any{id, name, nil, seq} }
 func D(id int, seq int) []any           { return []any{id, nil, "D", seq} }
 func T(seq int) []any                   { return []any{nil, nil, "T", seq} }
@@ -142,7 +142,7 @@ func TestAcceptanceSCD1(t *testing.T) {
 		return c
 	}
 	UC := func(id int, name, city any, seq int) []any { return []any{id, name, city, nil, seq} }
-	a18 := Config{
+	databricks := Config{
 		Pipeline: "p", Flow: "f", Target: "t", Kafka: true,
 		Source: batch.Schema{Columns: []batch.Column{
 			{Name: "userId", Type: batch.Int64, Nullable: true},
@@ -158,21 +158,21 @@ func TestAcceptanceSCD1(t *testing.T) {
 	}
 
 	for _, tc := range []acceptance{
-		{name: "A01 newest per key", cfgs: []Config{f1("f")},
+		{name: "newest per key", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 1), U(2, "x", 1), U(1, "b", 2)}}},
 			want:  []string{"(1,b)", "(2,x)"}},
-		{name: "A02 unsorted batch", cfgs: []Config{f1("f")},
+		{name: "unsorted batch", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "b", 2), U(1, "a", 1)}}},
 			want:  []string{"(1,b)"}},
-		{name: "A03 older event in a later batch", cfgs: []Config{f1("f")},
+		{name: "older event in a later batch", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "b", 2)}}, {rows: [][]any{U(1, "a", 1)}}},
 			want:  []string{"(1,b)"}},
-		{name: "A05 delete", cfgs: []Config{f1("f")},
+		{name: "newer delete removes the row", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 1)}}, {rows: [][]any{D(1, 2)}}}},
-		{name: "A06 older delete ignored", cfgs: []Config{f1("f")},
+		{name: "older delete ignored", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 5)}}, {rows: [][]any{D(1, 3)}}},
 			want:  []string{"(1,a)"}},
-		{name: "A08 tombstone discards an older upsert", cfgs: []Config{f1("f")},
+		{name: "tombstone discards an older upsert", cfgs: []Config{f1("f")},
 			steps: []step{
 				{rows: [][]any{U(1, "a", 1)}},
 				{rows: [][]any{D(1, 5)}, want: []string{}},
@@ -180,33 +180,33 @@ func TestAcceptanceSCD1(t *testing.T) {
 				{rows: [][]any{U(1, "old", 4)}},
 			},
 			want: []string{"(1,c)"}},
-		{name: "A10 deletes and re-insert in one batch", cfgs: []Config{f1("f")},
+		{name: "deletes and re-insert in one batch", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 1), D(1, 2), D(2, 2), U(2, "b", 3)}}},
 			want:  []string{"(2,b)"}},
-		{name: "A11 batch delivered twice", cfgs: []Config{f1("f")},
+		{name: "batch delivered twice", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 1), U(1, "b", 2)}}, {replay: 1}},
 			want:  []string{"(1,b)"}},
-		{name: "A12 delete at the row's sequence", cfgs: []Config{f1("f")},
+		{name: "delete at the row's sequence", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 5)}}, {rows: [][]any{D(1, 5)}}},
 			want:  []string{"(1,a)"}},
-		{name: "A12 upsert at the tombstone's sequence", cfgs: []Config{f1("f")},
+		{name: "upsert at the tombstone's sequence", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{D(1, 5)}, want: []string{}}, {rows: [][]any{U(1, "a", 5)}}},
 			want:  []string{"(1,a)"}},
-		{name: "A13 tie in one batch", cfgs: []Config{f1("f")},
+		{name: "tie in one batch", cfgs: []Config{f1("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 5), U(1, "b", 5)}}},
 			want:  []string{"(1,b)"}},
-		{name: "A13 tie across batches and a redelivery", cfgs: []Config{f1("f")},
+		{name: "tie across batches and a redelivery", cfgs: []Config{f1("f")},
 			steps: []step{
 				{rows: [][]any{U(1, "a", 5)}},
 				{rows: [][]any{U(1, "b", 5)}, want: []string{"(1,b)"}},
 				{replay: 1},
 			},
 			want: []string{"(1,b)"}},
-		{name: "A15 null sequence", cfgs: []Config{f1("f")},
+		{name: "null sequence is a dead letter", cfgs: []Config{f1("f")},
 			steps:  []step{{rows: [][]any{U(1, "a", 1)}}, {rows: [][]any{U(2, "b", nil), U(1, "c", 2)}}},
 			want:   []string{"(1,c)"},
 			wantDL: []string{batch.ReasonNullSequence}},
-		{name: "A18 Databricks example with a truncate", cfgs: []Config{a18},
+		{name: "Databricks example with a truncate", cfgs: []Config{databricks},
 			steps: []step{{rows: [][]any{
 				{124, "Raul", "Oaxaca", "INSERT", 1},
 				{123, "Isabel", "Monterrey", "INSERT", 1},
@@ -219,23 +219,23 @@ func TestAcceptanceSCD1(t *testing.T) {
 				{nil, nil, nil, "TRUNCATE", 3},
 			}}},
 			want: []string{"(125,Mercedes,Guadalajara)"}},
-		{name: "A21 ignore_null_updates", cfgs: []Config{withCity(func(c *Config) { c.IgnoreNullUpdates = true })},
+		{name: "ignore_null_updates", cfgs: []Config{withCity(func(c *Config) { c.IgnoreNullUpdates = true })},
 			steps: []step{{rows: [][]any{UC(1, "a", "x", 1), UC(2, nil, "z", 1)}}, {rows: [][]any{UC(1, nil, "y", 2)}}},
 			want:  []string{"(1,a,y)", "(2,null,z)"}},
-		{name: "A22 ignore_null_updates_column_list", cfgs: []Config{withCity(func(c *Config) { c.IgnoreNullUpdatesColumnList = []string{"name"} })},
+		{name: "ignore_null_updates_column_list", cfgs: []Config{withCity(func(c *Config) { c.IgnoreNullUpdatesColumnList = []string{"name"} })},
 			steps: []step{{rows: [][]any{UC(1, "a", "x", 1)}}, {rows: [][]any{UC(1, nil, nil, 2)}}},
 			want:  []string{"(1,a,null)"}},
-		{name: "A25 column_list", cfgs: []Config{withCity(func(c *Config) { c.ExceptColumnList = nil; c.ColumnList = []string{"id", "name"} })},
+		{name: "column_list", cfgs: []Config{withCity(func(c *Config) { c.ExceptColumnList = nil; c.ColumnList = []string{"id", "name"} })},
 			steps: []step{{rows: [][]any{UC(1, "a", "x", 2), UC(1, "b", "y", 1)}}},
 			want:  []string{"(1,a)"},
 			cols:  []string{"id", "name"}},
-		{name: "A26 two flows on one target", cfgs: []Config{f1("f_main"), f1("f_fix")},
+		{name: "two flows on one target", cfgs: []Config{f1("f_main"), f1("f_fix")},
 			steps: []step{
 				{flow: "f_main", rows: [][]any{U(1, "a", 5), U(2, "b", 5)}},
 				{flow: "f_fix", rows: [][]any{U(1, "fix", 3), D(2, 6)}},
 			},
 			want: []string{"(1,a)"}},
-		{name: "A26 two flows in the other order", cfgs: []Config{f1("f_main"), f1("f_fix")},
+		{name: "two flows in the other order", cfgs: []Config{f1("f_main"), f1("f_fix")},
 			steps: []step{
 				{flow: "f_fix", rows: [][]any{U(1, "fix", 3), D(2, 6)}},
 				{flow: "f_main", rows: [][]any{U(1, "a", 5), U(2, "b", 5)}},
@@ -246,7 +246,7 @@ func TestAcceptanceSCD1(t *testing.T) {
 	}
 }
 
-func TestAcceptanceA20TruncateOnSCD2(t *testing.T) {
+func TestAcceptanceTruncateOnSCD2(t *testing.T) {
 	c := f2("f")
 	c.ApplyAsTruncates = `op == "T"`
 	if _, err := New(c, NewMemStore()); err == nil {
@@ -275,51 +275,51 @@ func TestAcceptanceSCD2(t *testing.T) {
 	jan, feb := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC)
 
 	for _, tc := range []acceptance{
-		{name: "B01 two versions", cfgs: []Config{f2("f")},
+		{name: "two versions", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 1), U(1, "b", 2)}}},
 			want:  []string{"(1,a,1,2)", "(1,b,2,∞)"},
 			cols:  []string{"id", "name", StartAtColumn, EndAtColumn}},
-		{name: "B03 delete closes the version", cfgs: []Config{f2("f")},
+		{name: "delete closes the version", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 10)}}, {rows: [][]any{D(1, 20)}}},
 			want:  []string{"(1,a,10,20)"}},
-		{name: "B04 delete and re-insert", cfgs: []Config{f2("f")},
+		{name: "delete and re-insert", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 10), U(1, "b", 20), D(1, 30), U(1, "c", 40)}}},
 			want:  []string{"(1,a,10,20)", "(1,b,20,30)", "(1,c,40,∞)"}},
-		{name: "B05 late upsert before history", cfgs: []Config{f2("f")},
+		{name: "late upsert before history", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 10)}}, {rows: [][]any{U(1, "b", 5)}}},
 			want:  []string{"(1,b,5,10)", "(1,a,10,∞)"}},
-		{name: "B07 late upsert splits", cfgs: []Config{f2("f")},
+		{name: "late upsert splits", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 10)}}, {rows: [][]any{U(1, "c", 30)}}, {rows: [][]any{U(1, "b", 20)}}},
 			want:  []string{"(1,a,10,20)", "(1,b,20,30)", "(1,c,30,∞)"}},
-		{name: "B10 equal values coalesce", cfgs: []Config{f2("f")},
+		{name: "equal values coalesce", cfgs: []Config{f2("f")},
 			steps: []step{
 				{rows: [][]any{U(1, "a", 10)}},
 				{rows: [][]any{U(1, "a", 20)}, want: []string{"(1,a,10,∞)"}},
 				{rows: [][]any{U(1, "b", 30)}},
 			},
 			want: []string{"(1,a,10,30)", "(1,b,30,∞)"}},
-		{name: "B12 track_history_column_list", cfgs: []Config{scoreCfg},
+		{name: "track_history_column_list", cfgs: []Config{scoreCfg},
 			steps: []step{
 				{rows: [][]any{US(1, "alice", 100, 10), US(1, "alice", 200, 20)}, want: []string{"(1,alice,200,10,∞)"}},
 				{rows: [][]any{US(1, "alice", 300, 30)}, want: []string{"(1,alice,300,10,∞)"}},
 				{rows: [][]any{US(1, "bob", 300, 40)}},
 			},
 			want: []string{"(1,alice,300,10,40)", "(1,bob,300,40,∞)"}},
-		{name: "B15 late upsert absorbed", cfgs: []Config{f2("f")},
+		{name: "late upsert absorbed", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 10), U(1, "b", 30)}}, {rows: [][]any{U(1, "a", 20)}}},
 			want:  []string{"(1,a,10,30)", "(1,b,30,∞)"}},
-		{name: "B16 duplicates collapse", cfgs: []Config{f2("f")},
+		{name: "duplicates collapse", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{U(1, "a", 10), U(1, "a", 10)}}, {rows: [][]any{U(1, "a", 10)}}},
 			want:  []string{"(1,a,10,∞)"}},
-		{name: "B18 delete of an unknown key", cfgs: []Config{f2("f")},
+		{name: "delete of an unknown key", cfgs: []Config{f2("f")},
 			steps: []step{{rows: [][]any{D(7, 5)}}}},
-		{name: "B19 several keys", cfgs: []Config{f2("f")},
+		{name: "several keys", cfgs: []Config{f2("f")},
 			steps: []step{
 				{rows: [][]any{U(1, "a", 10), U(2, "p", 10)}},
 				{rows: [][]any{U(1, "b", 20), D(2, 20), U(3, "z", 20)}},
 			},
 			want: []string{"(1,a,10,20)", "(1,b,20,∞)", "(2,p,10,20)", "(3,z,20,∞)"}},
-		{name: "B20 timestamp sequence", cfgs: []Config{tsCfg},
+		{name: "timestamp sequence", cfgs: []Config{tsCfg},
 			steps: []step{{rows: [][]any{{1, "a", nil, jan}, {1, "b", nil, feb}}}},
 			want: []string{
 				"(1,a,2024-01-01T00:00:00Z,2024-02-01T00:00:00Z)",

@@ -60,10 +60,11 @@ type Config struct {
 	// see the package documentation); default DefaultTombstoneRetention.
 	TombstoneRetention time.Duration
 	// ReplayFlows are the once-flows that replay history into the same
-	// target (CDC-SEMANTICS.md ON3). An event of this flow older than its
-	// key's newest change when that change came from one of them missed the
-	// per-key cut-over: it lands in history (SCD type 2) or is ignored (SCD
-	// type 1), and Output.CutOvers reports it.
+	// target (a legacy table migrated as events, see docs/operations.md).
+	// An event of this flow older than its key's newest change when that
+	// change came from one of them missed the per-key cut-over: it lands in
+	// history (SCD type 2) or is ignored (SCD type 1), and Output.CutOvers
+	// reports it.
 	ReplayFlows []string
 	// FailOnError is on_error: fail: an event with a null key or sequence,
 	// or whose expression cannot be evaluated, makes Apply return an

@@ -1,9 +1,10 @@
 // Package cdc is the AUTO CDC apply engine: given a batch of a flow's
 // decoded change records and the committed state of the keys they touch, it
 // returns the target rows to write and remove, the keys' new state, the
-// dead letters and the table-wide truncate barrier. It implements the rules
-// of the change semantics (SCD type 1 and 2, ordering, ties, deletes and
-// tombstones, truncates, column selection, ignore-null, track history).
+// dead letters and the table-wide truncate barrier. It implements the change
+// rules of docs/cdc.md and the flow keys of docs/spec.md (SCD type 1 and 2,
+// ordering, ties, deletes and tombstones, truncates, column selection,
+// ignore-null, track history).
 //
 // It is pure logic. It reads state only through the StateStore interface
 // that sinks implement (with Cache, a memory-bounded LRU, in front), never
@@ -35,7 +36,7 @@
 // # What a batch computes
 //
 // The result always equals applying all events ever seen for the target
-// one at a time in (sequence, position) order (O5), whatever the arrival
+// one at a time in (sequence, position) order, whatever the arrival
 // order, the split into batches, redeliveries or restarts; the property
 // tests check exactly that against a plain oracle. SCD type 1 applies the
 // events literally (scd1.go: an upsert at a tombstone's sequence revives
@@ -71,7 +72,7 @@
 // are neither the first nor the last of their version (their ignored nulls
 // folded into the next member). Forgetting never changes a row; an event
 // arriving later than the retention is then placed as if the forgotten
-// events never existed (S6: an older upsert re-creates a deleted row; a
+// events never existed (an older upsert re-creates a deleted row; a
 // late SCD type 2 split ends at the next remembered member). Truncates
 // are never forgotten (a truncate is a delete of every key, and key states
 // are cleaned only when their key is touched). Expire

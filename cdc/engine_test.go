@@ -12,7 +12,8 @@ import (
 	"github.com/sluicehq/sluice/flows/batch"
 )
 
-// feed applies batches of F1/F2-shaped rows with consecutive offsets.
+// feed applies batches of rows of f1's source (id, name, op, seq) with
+// consecutive offsets.
 type feed struct {
 	h    *harness
 	flow string
@@ -174,11 +175,11 @@ func TestSCD2Ties(t *testing.T) {
 			want: []string{"(1,a,10,20)"}},
 		{name: "the greater position wins and leaves no trace", batches: [][][]any{{U(1, "a", 10), U(1, "b", 20), U(1, "a", 20)}},
 			want: []string{"(1,a,10,∞)"}},
-		{name: "S2.6 late delete shortens a closed version", batches: [][][]any{{U(1, "a", 10), U(1, "b", 20)}, {D(1, 15)}},
+		{name: "late delete shortens a closed version", batches: [][][]any{{U(1, "a", 10), U(1, "b", 20)}, {D(1, 15)}},
 			want: []string{"(1,a,10,15)", "(1,b,20,∞)"}},
-		{name: "S2.7 early delete then an older upsert", batches: [][][]any{{D(1, 20)}, {U(1, "a", 10)}},
+		{name: "early delete then an older upsert", batches: [][][]any{{D(1, 20)}, {U(1, "a", 10)}},
 			want: []string{"(1,a,10,20)"}},
-		{name: "S2.5 split shows the member before the split", batches: [][][]any{{U(1, "a", 10), U(1, "a", 20), U(1, "a", 30)}, {U(1, "b", 25)}},
+		{name: "split shows the member before the split", batches: [][][]any{{U(1, "a", 10), U(1, "a", 20), U(1, "a", 30)}, {U(1, "b", 25)}},
 			want: []string{"(1,a,10,25)", "(1,b,25,30)", "(1,a,30,∞)"}},
 		{name: "late delete inside a run", batches: [][][]any{{U(1, "a", 10), U(1, "a", 30)}, {D(1, 20)}},
 			want: []string{"(1,a,10,20)", "(1,a,30,∞)"}},
@@ -236,7 +237,8 @@ func TestTombstoneRetention(t *testing.T) {
 	}
 	h.now = h.now.Add(time.Hour)
 	out = f.batch(U(1, "older", 3))
-	// S6: the tombstone is forgotten; an older upsert re-creates the row.
+	// Past the retention the tombstone is forgotten; an older upsert
+	// re-creates the row.
 	if diff := cmp.Diff([]string{"(1,older)"}, h.target.content()); diff != "" || out.Stats.Expired != 1 {
 		t.Fatalf("after retention (-want +got):\n%s\nstats %+v", diff, out.Stats)
 	}

@@ -11,7 +11,7 @@ import (
 
 // Position is where an event was read, stable under replay: the flow, then
 // the Kafka topic, partition and offset, or the file and the row number in
-// it. It breaks ties between events of one key with equal sequences (O4):
+// it. It breaks ties between events of one key with equal sequences:
 // the greater position wins, and since a redelivered record has the same
 // position, a replay never changes the winner.
 type Position struct {

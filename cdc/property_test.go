@@ -474,9 +474,9 @@ func TestPropertyForgetting(t *testing.T) {
 	})
 }
 
-// checkIntervals asserts S2.2 on an SCD type 2 table, independently of the
-// oracle: per key, versions have positive width, never overlap, and only
-// the last one may be current.
+// checkIntervals asserts the shape of an SCD type 2 table's history,
+// independently of the oracle: per key, versions have positive width, never
+// overlap, and only the last one may be current.
 func checkIntervals(t *rapid.T, h *harness) {
 	sch := h.engines["f"].Schema()
 	si, ei := sch.Index(StartAtColumn), sch.Index(EndAtColumn)

@@ -16,14 +16,17 @@ import "slices"
 //   - a delete closes the active version at its sequence; with none active
 //     it is a tombstone that closes whatever a late, older upsert opens.
 //
-// Late events therefore split versions, join runs of equal values, and
-// shorten versions exactly as S2.5 to S2.7 describe. The state keeps the
-// reduced events: every member of a version, because a late event inside a
-// coalesced run shows, for the earlier part, the values of the member just
-// before it. Members that are neither the first nor the last of their
-// version are forgotten once older than the retention (their ignored nulls
-// folded into the next member first), and so are tombstones that close
-// nothing: an event later than that is placed as if they never existed.
+// Late events are therefore placed at their sequence: a late upsert
+// becomes the earliest version, splits the version it falls in, or joins a
+// run of equal values; a late delete shortens the closed version it falls
+// in; an early delete ends the version an older upsert arriving later
+// opens. The state keeps the reduced events: every member of a version,
+// because a late event inside a coalesced run shows, for the earlier part,
+// the values of the member just before it. Members that are neither the
+// first nor the last of their version are forgotten once older than the
+// retention (their ignored nulls folded into the next member first), and so
+// are tombstones that close nothing: an event later than that is placed as
+// if they never existed.
 
 // version is one SCD type 2 row.
 type version struct {

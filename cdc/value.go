@@ -235,7 +235,8 @@ func sequenceJSON(ts []batch.Type, vs []value) string {
 	return sb.String()
 }
 
-// writeJSONValue writes one value as the jsonl output of DESIGN.md does.
+// writeJSONValue writes one value as `sluice show --format jsonl` does
+// (docs/operations.md).
 func writeJSONValue(sb *strings.Builder, t batch.Type, v value) {
 	if v.k == vNull || v.k == vAbsent {
 		sb.WriteString("null")

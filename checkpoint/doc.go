@@ -1,11 +1,13 @@
 // Package checkpoint is the checkpoint store: what a replay cannot hurt and
-// the ledger does not hold (DESIGN.md, Delivery guarantee 4). It records
-// once-flow completion (with the flow definition's fingerprint and the files
-// it planned at its first start, ON1), the snapshot versions a snapshot flow
-// applied (SN3), where incremental cursors stand, and the first Kafka offset
-// each flow consumed per partition (for the full-refresh retention guard,
-// PU2). It defines the Store interface, the typed values over it, and
-// Memory, a Store for tests.
+// the ledger does not hold. It records once-flow completion (with the flow
+// definition's fingerprint and the files it planned at its first start,
+// which a restart after a crash reads instead of what arrived since), the
+// snapshot versions a snapshot flow applied (a version not newer than the
+// last applied one is skipped), where incremental cursors stand, and the
+// first Kafka offset each flow consumed per partition (for the full-refresh
+// retention guard: unless given --allow-data-loss, a refresh refuses when
+// the partition's log no longer starts at or before it). It defines the
+// Store interface, the typed values over it, and Memory, a Store for tests.
 //
 // Implementations live in the destination, the state of record:
 // checkpoint/clickhouse keeps the table _sluice_state, checkpoint/local a
@@ -16,10 +18,10 @@
 //
 // Positions whose replay would duplicate rows (Kafka offsets, a backfill's
 // file and row group) are in each load's ledger row, written in the same
-// commit as the rows (Delivery guarantee 3). The checkpoint is written after
-// the load it follows, so a crash in between leaves it behind the ledger,
-// never ahead: the restarted flow seeks to the ledger's positions, derives
-// the same checkpoint again and writes it. Every typed update here is
+// commit as the rows (docs/operations.md, "The delivery guarantee"). The
+// checkpoint is written after the load it follows, so a crash in between
+// leaves it behind the ledger, never ahead: the restarted flow seeks to the
+// ledger's positions, derives the same checkpoint again and writes it. Every typed update here is
 // idempotent for that reason (BeginOnce keeps the first start's plan,
 // CompleteOnce and AddSnapshotVersion do nothing the second time,
 // RecordFirstOffset keeps the first offset).

@@ -20,7 +20,7 @@ type OnceState struct {
 	// Fingerprint identifies the flow's definition at its first start.
 	Fingerprint string `json:"fingerprint"`
 	// Files are the files the flow planned at its first start; a restart
-	// after a crash reads these, not what arrived since (ON1).
+	// after a crash reads these, not what arrived since.
 	Files []string `json:"files,omitempty"`
 	// StartedAt is the first start; zero when never started.
 	StartedAt time.Time `json:"started_at"`
@@ -41,7 +41,7 @@ type SnapshotState struct {
 func (s SnapshotState) Has(v string) bool { return slices.Contains(s.Applied, v) }
 
 // Add records version v as applied and last; it does nothing when v was
-// applied already. The caller applies versions in ascending order (SN3).
+// applied already. The caller applies versions in ascending order.
 func (s *SnapshotState) Add(v string) {
 	if s.Has(v) {
 		return
@@ -74,8 +74,8 @@ type FirstOffset struct {
 
 // CutOverState is a live CDC flow's cut-over report (KindCutOver): its
 // changes that came older than their key's last change replayed by a
-// once-flow (CDC-SEMANTICS.md ON3), so they landed in history (SCD type 2)
-// or were ignored (SCD type 1).
+// once-flow, so they missed the per-key cut-over from the replay to live
+// CDC and landed in history (SCD type 2) or were ignored (SCD type 1).
 type CutOverState struct {
 	// Changes counts them (a change delivered again after a crash may count
 	// twice).
