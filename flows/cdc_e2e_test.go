@@ -19,8 +19,8 @@ import (
 	"github.com/sluicehq/sluice/flows/spec"
 )
 
-// The acceptance cases of CDC-SEMANTICS.md section 7 (A and B), end to end:
-// events are produced to a Kafka-protocol broker, each batch is one
+// Acceptance cases of the change rules (docs/cdc.md), SCD type 1 and 2, end
+// to end: events are produced to a Kafka-protocol broker, each batch is one
 // `update` (flows.Execute in update mode), and the target is read back from
 // the destination.
 
@@ -46,7 +46,8 @@ const f1Columns = `
           - {name: op, type: string, nullable: true}
           - {name: seq, type: int64, nullable: true}`
 
-// flowYAML is one auto_cdc flow of the F1 family.
+// flowYAML is one auto_cdc flow writing t, keyed by id and sequenced by seq,
+// with op "D" a delete; columns and extra complete it.
 func flowYAML(name, topic, columns, extra string) string {
 	return fmt.Sprintf(`
   - name: %s
@@ -81,21 +82,21 @@ type cdcCase struct {
 func cases() []cdcCase {
 	b := func(ms ...string) []string { return ms }
 	return []cdcCase{
-		{name: "A01", flows: f1, batches: [][]string{b(U(1, "a", 1), U(2, "x", 1), U(1, "b", 2))}, want: []string{"1,b", "2,x"}},
-		{name: "A02", flows: f1, batches: [][]string{b(U(1, "b", 2), U(1, "a", 1))}, want: []string{"1,b"}},
-		{name: "A03", flows: f1, batches: [][]string{b(U(1, "b", 2)), b(U(1, "a", 1))}, want: []string{"1,b"}},
-		{name: "A05", flows: f1, batches: [][]string{b(U(1, "a", 1)), b(D(1, 2))}, want: nil},
-		{name: "A06", flows: f1, batches: [][]string{b(U(1, "a", 5)), b(D(1, 3))}, want: []string{"1,a"}},
-		{name: "A08", flows: f1, batches: [][]string{b(U(1, "a", 1)), b(D(1, 5)), b(U(1, "c", 6)), b(U(1, "old", 4))}, want: []string{"1,c"}},
-		{name: "A10", flows: f1, batches: [][]string{b(U(1, "a", 1), D(1, 2), D(2, 2), U(2, "b", 3))}, want: []string{"2,b"}},
-		{name: "A11", flows: f1, batches: [][]string{b(U(1, "a", 1), U(1, "b", 2)), b(U(1, "a", 1), U(1, "b", 2))}, want: []string{"1,b"}},
-		{name: "A12/upsert-then-delete", flows: f1, batches: [][]string{b(U(1, "a", 5)), b(D(1, 5))}, want: []string{"1,a"}},
-		{name: "A12/delete-then-upsert", flows: f1, batches: [][]string{b(D(1, 5)), b(U(1, "a", 5))}, want: []string{"1,a"}},
-		{name: "A13/one-batch", flows: f1, batches: [][]string{b(U(1, "a", 5), U(1, "b", 5))}, want: []string{"1,b"}},
-		{name: "A13/two-batches", flows: f1, batches: [][]string{b(U(1, "a", 5)), b(U(1, "b", 5))}, want: []string{"1,b"}},
-		{name: "A15", flows: f1, batches: [][]string{b(U(1, "a", 1)), b(`{"id":2,"name":"b","op":"U","seq":null}`, U(1, "c", 2))},
+		{name: "scd1/newest-per-key", flows: f1, batches: [][]string{b(U(1, "a", 1), U(2, "x", 1), U(1, "b", 2))}, want: []string{"1,b", "2,x"}},
+		{name: "scd1/unsorted-batch", flows: f1, batches: [][]string{b(U(1, "b", 2), U(1, "a", 1))}, want: []string{"1,b"}},
+		{name: "scd1/older-event-in-later-batch", flows: f1, batches: [][]string{b(U(1, "b", 2)), b(U(1, "a", 1))}, want: []string{"1,b"}},
+		{name: "scd1/newer-delete-removes-row", flows: f1, batches: [][]string{b(U(1, "a", 1)), b(D(1, 2))}, want: nil},
+		{name: "scd1/older-delete-ignored", flows: f1, batches: [][]string{b(U(1, "a", 5)), b(D(1, 3))}, want: []string{"1,a"}},
+		{name: "scd1/tombstone-discards-older-upsert", flows: f1, batches: [][]string{b(U(1, "a", 1)), b(D(1, 5)), b(U(1, "c", 6)), b(U(1, "old", 4))}, want: []string{"1,c"}},
+		{name: "scd1/deletes-and-reinsert-in-one-batch", flows: f1, batches: [][]string{b(U(1, "a", 1), D(1, 2), D(2, 2), U(2, "b", 3))}, want: []string{"2,b"}},
+		{name: "scd1/batch-delivered-twice", flows: f1, batches: [][]string{b(U(1, "a", 1), U(1, "b", 2)), b(U(1, "a", 1), U(1, "b", 2))}, want: []string{"1,b"}},
+		{name: "scd1/upsert-beats-delete-at-same-seq/upsert-then-delete", flows: f1, batches: [][]string{b(U(1, "a", 5)), b(D(1, 5))}, want: []string{"1,a"}},
+		{name: "scd1/upsert-beats-delete-at-same-seq/delete-then-upsert", flows: f1, batches: [][]string{b(D(1, 5)), b(U(1, "a", 5))}, want: []string{"1,a"}},
+		{name: "scd1/tie-greater-offset-wins/one-batch", flows: f1, batches: [][]string{b(U(1, "a", 5), U(1, "b", 5))}, want: []string{"1,b"}},
+		{name: "scd1/tie-greater-offset-wins/two-batches", flows: f1, batches: [][]string{b(U(1, "a", 5)), b(U(1, "b", 5))}, want: []string{"1,b"}},
+		{name: "scd1/null-sequence-dead-letter", flows: f1, batches: [][]string{b(U(1, "a", 1)), b(`{"id":2,"name":"b","op":"U","seq":null}`, U(1, "c", 2))},
 			want: []string{"1,c"}, deadLetters: []string{"null_sequence"}},
-		{name: "A18", flows: a18Flow, batches: [][]string{b(
+		{name: "scd1/databricks-example", flows: databricksFlow, batches: [][]string{b(
 			`{"userId":124,"name":"Raul","city":"Oaxaca","operation":"INSERT","sequenceNum":1}`,
 			`{"userId":123,"name":"Isabel","city":"Monterrey","operation":"INSERT","sequenceNum":1}`,
 			`{"userId":125,"name":"Mercedes","city":"Tijuana","operation":"INSERT","sequenceNum":2}`,
@@ -106,48 +107,48 @@ func cases() []cdcCase {
 			`{"userId":123,"name":"Isabel","city":"Chihuahua","operation":"UPDATE","sequenceNum":5}`,
 			`{"userId":null,"name":null,"city":null,"operation":"TRUNCATE","sequenceNum":3}`,
 		)}, want: []string{"125,Mercedes,Guadalajara"}},
-		{name: "A18-truncate-across-batches", flows: f1T, batches: [][]string{b(U(1, "a", 1), U(2, "b", 5)), b(T(3)), b(U(1, "late", 2))}, want: []string{"2,b"}},
-		{name: "A21", flows: cityFlow("    ignore_null_updates: true\n"), batches: [][]string{
+		{name: "scd1/truncate-across-batches", flows: f1T, batches: [][]string{b(U(1, "a", 1), U(2, "b", 5)), b(T(3)), b(U(1, "late", 2))}, want: []string{"2,b"}},
+		{name: "scd1/ignore-null-updates", flows: cityFlow("    ignore_null_updates: true\n"), batches: [][]string{
 			b(`{"id":1,"name":"a","city":"x","op":"U","seq":1}`, `{"id":2,"name":null,"city":"z","op":"U","seq":1}`),
 			b(`{"id":1,"name":null,"city":"y","op":"U","seq":2}`)}, want: []string{"1,a,y", "2,∞,z"}},
-		{name: "A22", flows: cityFlow("    ignore_null_updates_column_list: [name]\n"), batches: [][]string{
+		{name: "scd1/ignore-null-updates-column-list", flows: cityFlow("    ignore_null_updates_column_list: [name]\n"), batches: [][]string{
 			b(`{"id":1,"name":"a","city":"x","op":"U","seq":1}`),
 			b(`{"id":1,"name":null,"city":null,"op":"U","seq":2}`)}, want: []string{"1,a,∞"}},
-		{name: "A25", flows: a25Flow, batches: [][]string{b(
+		{name: "scd1/column-list", flows: columnListFlow, batches: [][]string{b(
 			`{"id":1,"name":"a","city":"x","op":"U","seq":2}`, `{"id":1,"name":"b","city":"y","op":"U","seq":1}`)}, want: []string{"1,a"}},
-		{name: "A26", flows: flowYAML("f_main", "s1", fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n") +
+		{name: "scd1/two-flows-on-one-target", flows: flowYAML("f_main", "s1", fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n") +
 			flowYAML("f_fix", "s2", fmt.Sprintf(f1Columns, ""), "    except_column_list: [op, seq]\n"),
 			multi: [][]msg{{{"s1", U(1, "a", 5)}, {"s1", U(2, "b", 5)}, {"s2", U(1, "fix", 3)}, {"s2", D(2, 6)}}}, want: []string{"1,a"}},
 
-		{name: "B01", flows: f2, batches: [][]string{b(U(1, "a", 1), U(1, "b", 2))}, want: []string{"1,a,1,2", "1,b,2,∞"}},
-		{name: "B03", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(D(1, 20))}, want: []string{"1,a,10,20"}},
-		{name: "B04", flows: f2, batches: [][]string{b(U(1, "a", 10), U(1, "b", 20), D(1, 30), U(1, "c", 40))},
+		{name: "scd2/two-versions", flows: f2, batches: [][]string{b(U(1, "a", 1), U(1, "b", 2))}, want: []string{"1,a,1,2", "1,b,2,∞"}},
+		{name: "scd2/delete-closes-version", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(D(1, 20))}, want: []string{"1,a,10,20"}},
+		{name: "scd2/delete-and-reinsert", flows: f2, batches: [][]string{b(U(1, "a", 10), U(1, "b", 20), D(1, 30), U(1, "c", 40))},
 			want: []string{"1,a,10,20", "1,b,20,30", "1,c,40,∞"}},
-		{name: "B05", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "b", 5))}, want: []string{"1,b,5,10", "1,a,10,∞"}},
-		{name: "B07", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "c", 30)), b(U(1, "b", 20))},
+		{name: "scd2/late-upsert-before-history", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "b", 5))}, want: []string{"1,b,5,10", "1,a,10,∞"}},
+		{name: "scd2/late-upsert-splits", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "c", 30)), b(U(1, "b", 20))},
 			want: []string{"1,a,10,20", "1,b,20,30", "1,c,30,∞"}},
-		{name: "B10", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "a", 20)), b(U(1, "b", 30))}, want: []string{"1,a,10,30", "1,b,30,∞"}},
-		{name: "B10/after-second-batch", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "a", 20))}, want: []string{"1,a,10,∞"}},
-		{name: "B12", flows: b12Flow, batches: [][]string{
+		{name: "scd2/equal-values-coalesce", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "a", 20)), b(U(1, "b", 30))}, want: []string{"1,a,10,30", "1,b,30,∞"}},
+		{name: "scd2/equal-values-coalesce/after-second-batch", flows: f2, batches: [][]string{b(U(1, "a", 10)), b(U(1, "a", 20))}, want: []string{"1,a,10,∞"}},
+		{name: "scd2/track-history-column-list", flows: trackHistoryFlow, batches: [][]string{
 			b(`{"id":1,"name":"alice","score":100,"op":"U","seq":10}`, `{"id":1,"name":"alice","score":200,"op":"U","seq":20}`),
 			b(`{"id":1,"name":"alice","score":300,"op":"U","seq":30}`),
 			b(`{"id":1,"name":"bob","score":300,"op":"U","seq":40}`)}, want: []string{"1,alice,300,10,40", "1,bob,300,40,∞"}},
-		{name: "B12/after-second-batch", flows: b12Flow, batches: [][]string{
+		{name: "scd2/track-history-column-list/after-second-batch", flows: trackHistoryFlow, batches: [][]string{
 			b(`{"id":1,"name":"alice","score":100,"op":"U","seq":10}`, `{"id":1,"name":"alice","score":200,"op":"U","seq":20}`),
 			b(`{"id":1,"name":"alice","score":300,"op":"U","seq":30}`)}, want: []string{"1,alice,300,10,∞"}},
-		{name: "B15", flows: f2, batches: [][]string{b(U(1, "a", 10), U(1, "b", 30)), b(U(1, "a", 20))}, want: []string{"1,a,10,30", "1,b,30,∞"}},
-		{name: "B16", flows: f2, batches: [][]string{b(U(1, "a", 10), U(1, "a", 10)), b(U(1, "a", 10))}, want: []string{"1,a,10,∞"}},
-		{name: "B18", flows: f2, batches: [][]string{b(D(7, 5))}, want: nil},
-		{name: "B19", flows: f2, batches: [][]string{b(U(1, "a", 10), U(2, "p", 10)), b(U(1, "b", 20), D(2, 20), U(3, "z", 20))},
+		{name: "scd2/late-upsert-absorbed", flows: f2, batches: [][]string{b(U(1, "a", 10), U(1, "b", 30)), b(U(1, "a", 20))}, want: []string{"1,a,10,30", "1,b,30,∞"}},
+		{name: "scd2/duplicates-collapse", flows: f2, batches: [][]string{b(U(1, "a", 10), U(1, "a", 10)), b(U(1, "a", 10))}, want: []string{"1,a,10,∞"}},
+		{name: "scd2/delete-of-unknown-key", flows: f2, batches: [][]string{b(D(7, 5))}, want: nil},
+		{name: "scd2/several-keys", flows: f2, batches: [][]string{b(U(1, "a", 10), U(2, "p", 10)), b(U(1, "b", 20), D(2, 20), U(3, "z", 20))},
 			want: []string{"1,a,10,20", "1,b,20,∞", "2,p,10,20", "3,z,20,∞"}},
-		{name: "B20", flows: b20Flow, batches: [][]string{b(
+		{name: "scd2/timestamp-sequence", flows: timestampSeqFlow, batches: [][]string{b(
 			`{"id":1,"name":"a","op":"U","seq":"2024-01-01T00:00:00Z"}`, `{"id":1,"name":"b","op":"U","seq":"2024-02-01T00:00:00Z"}`)},
 			want: []string{"1,a,2024-01-01T00:00:00Z,2024-02-01T00:00:00Z", "1,b,2024-02-01T00:00:00Z,∞"}},
 	}
 }
 
 var (
-	a18Flow = `
+	databricksFlow = `
   - name: f
     target: t
     kind: auto_cdc
@@ -174,14 +175,14 @@ var (
           - {name: city, type: string, nullable: true}
           - {name: op, type: string, nullable: true}
           - {name: seq, type: int64, nullable: true}`
-	a25Flow = flowYAML("f", "events", cityColumns, "    column_list: [id, name]\n")
-	b12Flow = flowYAML("f", "events", `
+	columnListFlow   = flowYAML("f", "events", cityColumns, "    column_list: [id, name]\n")
+	trackHistoryFlow = flowYAML("f", "events", `
           - {name: id, type: int64}
           - {name: name, type: string, nullable: true}
           - {name: score, type: int64, nullable: true}
           - {name: op, type: string, nullable: true}
           - {name: seq, type: int64, nullable: true}`, "    except_column_list: [op, seq]\n    stored_as_scd_type: 2\n    track_history_column_list: [name]\n")
-	b20Flow = flowYAML("f", "events", `
+	timestampSeqFlow = flowYAML("f", "events", `
           - {name: id, type: int64}
           - {name: name, type: string, nullable: true}
           - {name: op, type: string, nullable: true}

@@ -534,7 +534,7 @@ func mergeOutputs(a, b *cdc.Output) *cdc.Output {
 }
 
 // replayFlows names the once auto_cdc flows writing f's target, for a flow
-// that is not one (ON3: its changes older than a key's replayed ones are
+// that is not one (its changes older than a key's replayed ones are
 // reported).
 func (r *runner) replayFlows(f *spec.Flow) []string {
 	if f.Once {

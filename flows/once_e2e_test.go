@@ -21,7 +21,7 @@ import (
 	"github.com/sluicehq/sluice/sinks"
 )
 
-// The ONCE-flow cases of CDC-SEMANTICS.md section 7 (E), end to end: files
+// Once-flows end to end, beside live flows on the same target: files
 // written as real Parquet, events through the broker, one update per step.
 
 type rawRow struct {
@@ -147,7 +147,7 @@ func TestOnceFlowsEndToEnd(t *testing.T) {
 	broker := startBroker(t)
 	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
-		t.Run(dname+"/E01", func(t *testing.T) {
+		t.Run(dname+"/append-once-beside-live", func(t *testing.T) {
 			t.Parallel()
 			topic := "e01_" + dname
 			s := newStepper(t, broker.Addr(), dest(t), fmt.Sprintf(`tables:
@@ -222,7 +222,7 @@ flows:
 				t.Fatalf("got %q, want %q", got, want)
 			}
 		})
-		t.Run(dname+"/E02-E03", func(t *testing.T) {
+		t.Run(dname+"/cdc-once-beside-live", func(t *testing.T) {
 			t.Parallel()
 			topic := "e02_" + dname
 			s := newStepper(t, broker.Addr(), dest(t), fmt.Sprintf(`tables:
@@ -269,13 +269,13 @@ flows:
 			s.update()
 			want := []string{"1,shipped", "3,open", "5,open"}
 			if got := s.rows("orders"); !slices.Equal(got, want) {
-				t.Fatalf("E02: %q, want %q", got, want)
+				t.Fatalf("run 1: %q, want %q", got, want)
 			}
-			// E03: a file added to the once-flow's path later is never read.
+			// A file added to the once-flow's path later is never read.
 			writeParquet(t, filepath.Join(s.dir, "orders", "o2.parquet"), []orderRow{{4, "open", 200}})
 			s.update()
 			if got := s.rows("orders"); !slices.Equal(got, want) {
-				t.Fatalf("E03: %q, want %q", got, want)
+				t.Fatalf("run 2: %q, want %q", got, want)
 			}
 			// Refreshing the once-flow empties its target and replays both
 			// flows writing it: the once-flow now reads both files.

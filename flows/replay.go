@@ -10,12 +10,13 @@ import (
 	"github.com/sluicehq/sluice/flows/spec"
 )
 
-// A legacy SCD type 2 table is replayed as change events (CDC-SEMANTICS.md
-// ON3): each of its rows is an upsert at its valid_from (the flow's
-// sequence_by). With replay_valid_to, a row whose version ended without a
-// successor also yields a delete at its valid_to: only when no legacy row
-// of the same key starts at that valid_to, since the delete would otherwise
-// win the SCD2 tie and erase the successor.
+// A legacy SCD type 2 table is replayed as change events
+// (docs/operations.md, "Migrating a legacy SCD type 2 table"): each of its
+// rows is an upsert at its valid_from (the flow's sequence_by). With
+// replay_valid_to, a row whose version ended without a successor also yields
+// a delete at its valid_to: only when no legacy row of the same key starts
+// at that valid_to, since the delete would otherwise win the SCD2 tie and
+// erase the successor.
 
 // replayHandler prepares the chunks of a flow with replay_valid_to.
 type replayHandler struct {

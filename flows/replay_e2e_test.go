@@ -16,8 +16,9 @@ type legacyRow struct {
 
 func until(v int64) *int64 { return &v }
 
-// TestReplayLegacySCD2EndToEnd is ON3: a legacy SCD type 2 table replayed
-// as events with replay_valid_to, then live CDC per key.
+// TestReplayLegacySCD2EndToEnd migrates a legacy SCD type 2 table: it is
+// replayed as events with replay_valid_to, then live CDC takes over per key,
+// and status reports a live change older than its key's last replayed one.
 func TestReplayLegacySCD2EndToEnd(t *testing.T) {
 	broker := startBroker(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {

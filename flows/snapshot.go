@@ -17,7 +17,8 @@ import (
 // versionColumn carries a snapshot's version as the sequence of its rows.
 const versionColumn = "__sluice_snapshot_version"
 
-// ErrDuplicateKey refuses a snapshot holding a key twice (SN2).
+// ErrDuplicateKey refuses a snapshot holding a key twice: nothing of that
+// snapshot is applied.
 var ErrDuplicateKey = errors.New("snapshot holds a key twice")
 
 // snapshotVersion is one snapshot to apply.
@@ -28,11 +29,11 @@ type snapshotVersion struct {
 }
 
 // runSnapshotFlow applies the flow's snapshots newer than the last one it
-// applied, in ascending version order, each as one load (SN1–SN4): for SCD
-// type 1 a truncate at the version followed by an upsert at the version of
-// every snapshot row; for SCD type 2 an upsert at the version of every
-// present key and a delete at the version of every current key the snapshot
-// lacks. Per key, the newer of the snapshot version and a CDC sequence wins.
+// applied, in ascending version order, each as one load: for SCD type 1 a
+// truncate at the version followed by an upsert at the version of every
+// snapshot row; for SCD type 2 an upsert at the version of every present key
+// and a delete at the version of every current key the snapshot lacks. Per
+// key, the newer of the snapshot version and a CDC sequence wins.
 func (r *runner) runSnapshotFlow(ctx context.Context, f *spec.Flow, t *cdcTarget) error {
 	log := r.log.With("flow", f.Name)
 	for {
@@ -115,7 +116,8 @@ func (r *runner) snapshotPass(ctx context.Context, f *spec.Flow, t *cdcTarget, l
 }
 
 // versionType is the declared snapshot_version_type, else the sequence
-// type of the CDC flows on the same target (U1 makes them equal).
+// type of the CDC flows on the same target (the spec requires them to be
+// equal).
 func (r *runner) versionType(f *spec.Flow) batch.Type {
 	if f.SnapshotVersionType.Kind != batch.KindInvalid {
 		return f.SnapshotVersionType
@@ -131,7 +133,8 @@ func (r *runner) versionType(f *spec.Flow) batch.Type {
 	return batch.Type{}
 }
 
-// inferVersionType types a single version's text as DESIGN.md says.
+// inferVersionType types a single version's text: int64 when it is an
+// integer, date when YYYY-MM-DD, timestamp when RFC 3339, else string.
 func inferVersionType(text string) batch.Type {
 	if _, err := strconv.ParseInt(text, 10, 64); err == nil {
 		return batch.Int64

@@ -19,12 +19,13 @@ import (
 // A snapshot applies bucket by bucket. Its rows are spread over
 // snapshotParts part files by a hash of their encoded key, and for SCD type
 // 2 the target's current keys over the same parts; consecutive parts form
-// buckets of about snapshotBucketRows rows (snapshot rows plus target
-// keys). Every key's rows and current row are in one bucket, so a bucket
-// alone decides its keys: duplicates (SN2), the deletes of current keys the
-// snapshot lacks, and the engine's output. Every bucket's output goes into
-// one load, which the destination stages on disk: the version commits
-// whole or not at all, and readers see it wholly applied or not at all.
+// buckets of about snapshotBucketRows rows (snapshot rows plus target keys).
+// Every key's rows and current row are in one bucket, so a bucket alone
+// decides its keys: duplicates (which refuse the whole snapshot), the
+// deletes of current keys the snapshot lacks, and the engine's output. Every
+// bucket's output goes into one load, which the destination stages on disk:
+// the version commits whole or not at all, and readers see it wholly applied
+// or not at all.
 //
 // For SCD type 1 the version is a truncate at it, then an upsert at it of
 // every row. The truncate goes through the engine first, alone; its new

@@ -16,8 +16,9 @@ import (
 )
 
 // Snapshots applied in many small buckets: the same results as whole, one
-// load per version, SN2 across files, and a load stopped midway leaves
-// nothing behind and applies exactly once on the next update.
+// load per version, a key twice across files refusing the snapshot, and a
+// load stopped midway leaves nothing behind and applies exactly once on the
+// next update.
 
 // snapshotBucketRows makes buckets of about this many rows: the snapshots
 // below (tens of rows) take a dozen buckets or more.
@@ -96,7 +97,7 @@ func TestSnapshotBucketsEndToEnd(t *testing.T) {
 				t.Parallel()
 				topic := "bucket1_" + dname
 				s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", "")+fmt.Sprintf(cdcOnT, topic))
-				// Newer CDC events win over the snapshot (D05), and stay
+				// Newer CDC events win over the snapshot, and stay
 				// under its truncate.
 				s.produce(topic, `{"id":3,"name":"cdc","op":"U","seq":150}`, `{"id":7,"op":"D","seq":150}`,
 					`{"id":45,"name":"new","op":"U","seq":150}`, `{"id":12,"name":"old","op":"U","seq":50}`)

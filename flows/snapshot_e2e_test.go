@@ -12,9 +12,9 @@ import (
 	"github.com/sluicehq/sluice/flows"
 )
 
-// The snapshot cases of CDC-SEMANTICS.md section 7 (C and D), end to end:
-// snapshots written as real Parquet, CDC events through the broker, one
-// update per step.
+// Snapshot flows end to end, alone and sharing an SCD type 1 target with a
+// CDC flow: snapshots written as real Parquet, CDC events through the
+// broker, one update per step.
 
 type scoreRow struct {
 	ID    int64  `parquet:"id"`
@@ -74,7 +74,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 	broker := startBroker(t)
 	for _, dname := range slices.Sorted(maps.Keys(dests)) {
 		dest := dests[dname]
-		t.Run(dname+"/C02", func(t *testing.T) {
+		t.Run(dname+"/scd1-next-version-replaces-rows", func(t *testing.T) {
 			t.Parallel()
 			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", ""))
 			snapshotAt(t, s.dir, "0", []rawRow{{1, "Oaxaca"}, {2, "Monterrey"}, {3, "Tijuana"}})
@@ -85,7 +85,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, want)
 			}
 		})
-		t.Run(dname+"/C04", func(t *testing.T) {
+		t.Run(dname+"/scd2-changed-key-opens-version", func(t *testing.T) {
 			t.Parallel()
 			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(2, "", ""))
 			snapshotAt(t, s.dir, "1", []rawRow{{1, "a"}, {2, "b"}})
@@ -97,7 +97,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, want)
 			}
 		})
-		t.Run(dname+"/C07-C08", func(t *testing.T) {
+		t.Run(dname+"/duplicate-key-then-older-version", func(t *testing.T) {
 			t.Parallel()
 			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", ""))
 			snapshotAt(t, s.dir, "4", []rawRow{{1, "a"}})
@@ -106,22 +106,22 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 			snapshotAt(t, s.dir, "5", []rawRow{{1, "x"}, {1, "y"}, {2, "z"}})
 			err := s.tryUpdateWith(flows.Options{})
 			if !errors.Is(err, flows.ErrDuplicateKey) {
-				t.Fatalf("C07: update: %v, want ErrDuplicateKey", err)
+				t.Fatalf("duplicate key: update: %v, want ErrDuplicateKey", err)
 			}
 			if got, want := s.rows("t"), []string{"1,a"}; !slices.Equal(got, want) {
-				t.Fatalf("C07: %q, want %q", got, want)
+				t.Fatalf("duplicate key: %q, want %q", got, want)
 			}
 			if err := os.RemoveAll(filepath.Join(s.dir, "snaps", "5")); err != nil {
 				t.Fatal(err)
 			}
-			// C08: a version older than the last applied one is skipped.
+			// A version older than the last applied one is skipped.
 			snapshotAt(t, s.dir, "3", []rawRow{{9, "old"}})
 			s.update()
 			if got, want := s.rows("t"), []string{"1,a"}; !slices.Equal(got, want) {
-				t.Fatalf("C08: %q, want %q", got, want)
+				t.Fatalf("older version: %q, want %q", got, want)
 			}
 		})
-		t.Run(dname+"/C12", func(t *testing.T) {
+		t.Run(dname+"/scd2-track-history-column-list", func(t *testing.T) {
 			t.Parallel()
 			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(2, "\n          - {name: score, type: int64}", "    track_history_column_list: [name]\n"))
 			snapshotAt(t, s.dir, "1", []scoreRow{{1, "alice", 100}})
@@ -135,7 +135,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, want)
 			}
 		})
-		t.Run(dname+"/D01", func(t *testing.T) {
+		t.Run(dname+"/once-snapshot-then-newer-cdc", func(t *testing.T) {
 			t.Parallel()
 			topic := "d01_" + dname
 			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", "    once: true\n")+fmt.Sprintf(cdcOnT, topic))
@@ -148,13 +148,13 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 			if got := s.rows("t"); !slices.Equal(got, want) {
 				t.Fatalf("got %q, want %q", got, want)
 			}
-			// D10: a full refresh with both sources retained gives the same.
+			// A full refresh with both sources retained gives the same.
 			s.updateWith(flows.Options{FullRefresh: true})
 			if got := s.rows("t"); !slices.Equal(got, want) {
-				t.Fatalf("D10: got %q, want %q", got, want)
+				t.Fatalf("full refresh: got %q, want %q", got, want)
 			}
 		})
-		t.Run(dname+"/D02", func(t *testing.T) {
+		t.Run(dname+"/older-cdc-loses-to-snapshot", func(t *testing.T) {
 			t.Parallel()
 			topic := "d02_" + dname
 			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", "")+fmt.Sprintf(cdcOnT, topic))
@@ -167,7 +167,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, want)
 			}
 		})
-		t.Run(dname+"/D05", func(t *testing.T) {
+		t.Run(dname+"/newer-cdc-beats-snapshot-in-one-run", func(t *testing.T) {
 			t.Parallel()
 			topic := "d05_" + dname
 			s := newStepper(t, broker.Addr(), dest(t), snapshotFlow(1, "", "")+fmt.Sprintf(cdcOnT, topic))

@@ -43,8 +43,8 @@ type FlowReport struct {
 	Cursor string `json:"cursor,omitempty"`
 	Runs   int64  `json:"runs,omitempty"`
 	// CutOvers: a live CDC flow's changes that came older than their key's
-	// last replayed change (CDC-SEMANTICS.md ON3), and the first of their
-	// keys.
+	// last replayed change, so they missed the per-key cut-over (see
+	// docs/operations.md), and the first of their keys.
 	CutOvers    int64                     `json:"cut_overs,omitempty"`
 	CutOverKeys []checkpoint.CutOverEntry `json:"cut_over_keys,omitempty"`
 }

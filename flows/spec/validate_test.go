@@ -22,7 +22,8 @@ kafka: {brokers: ["127.0.0.1:9092"]}
 destination: {local: {path: ./data}}
 `
 
-// cdcFlow is F1 of CDC-SEMANTICS.md writing table t, as the flows list.
+// cdcFlow is an SCD type 1 auto_cdc flow (keys [id], sequence seq, op "D"
+// a delete) writing table t, as the flows list.
 const cdcFlow = `flows:
   - name: f
     target: t
@@ -134,7 +135,7 @@ func TestValidateValid(t *testing.T) {
 		name string
 		src  string
 	}{
-		{"cdc flow F1", header + tableT + cdcFlow},
+		{"cdc flow", header + tableT + cdcFlow},
 		{"empty values are not written", header + tableT + cdcFlow + "    column_list:\n    stored_as_scd_type:\n    write:\n"},
 		{"append flow", header + tableT + appendFlow},
 		{"sequence list", header + tableT + strings.Replace(cdcFlow, "sequence_by: seq", "sequence_by: [seq, name]", 1)},
@@ -144,7 +145,7 @@ func TestValidateValid(t *testing.T) {
 		{"metadata in expression", header + tableT + strings.Replace(cdcFlow, `'op == "D"'`, `'_kafka_partition == 0 && _kafka_topic != "" && _kafka_offset > 5 && _kafka_timestamp < now()'`, 1)},
 		{"key declared as string", header + tableT + appendFlow + "          - {name: _kafka_key, type: string, nullable: true}\n          - {name: _kafka_offset, type: int64}\n"},
 		{"nullable expression field compares with nil", header + tableT + strings.Replace(cdcFlow, `'op == "D"'`, `'op == nil || op in ["D", "X"]'`, 1)},
-		{"snapshot flow shares table (U1)", header + tableT + cdcFlow + `  - name: snap
+		{"snapshot flow shares table", header + tableT + cdcFlow + `  - name: snap
     target: t
     kind: auto_cdc_from_snapshot
     once: true
@@ -482,7 +483,7 @@ flows:
 		{"column lists exclude each other", header + tableT + cdcFlow + "    column_list: [id, name, zz] #! flows[0].column_list[2]: unknown column \"zz\" #! flows[0].column_list: exclude each other\n"},
 		{"keys must remain", header + tableT + strings.Replace(cdcFlow, "except_column_list: [op, seq]", "except_column_list: [op, id] #! flows[0].except_column_list[1]: key column \"id\" must remain", 1)},
 		{"keys must remain in column_list", header + tableT + strings.Replace(cdcFlow, "except_column_list: [op, seq]", "column_list: [name] #! flows[0].column_list: key column \"id\" must remain", 1)},
-		{"A20 truncates on scd2", header + tableT + cdcFlow + "    stored_as_scd_type: 2\n    apply_as_truncates: 'op == \"T\"' #! flows[0].apply_as_truncates: SCD type 1 only\n"},
+		{"truncates on scd2", header + tableT + cdcFlow + "    stored_as_scd_type: 2\n    apply_as_truncates: 'op == \"T\"' #! flows[0].apply_as_truncates: SCD type 1 only\n"},
 		{"track history on scd1", header + tableT + cdcFlow + "    track_history_column_list: [name] #! flows[0].track_history_column_list: stored_as_scd_type: 2 only\n"},
 		{"track history lists exclude each other", header + tableT + cdcFlow + `    stored_as_scd_type: 2
     track_history_column_list: [name]
@@ -598,26 +599,26 @@ flows:
 `},
 
 		// Several flows on one table.
-		{"E07 append and cdc share a table", header + tableT + cdcFlow + `  - name: raw
+		{"append and cdc share a table", header + tableT + cdcFlow + `  - name: raw
     target: t #! flows[1].target: append flow raw and auto_cdc flow f may not write the same table t
     kind: append
     source: {kafka: {topic: raw, columns: [{name: id, type: int64}]}}
 `},
-		{"U1 keys differ", header + tableT + cdcFlow + `  - name: g
+		{"keys differ", header + tableT + cdcFlow + `  - name: g
     target: t
     kind: auto_cdc
     source: {kafka: {topic: b, columns: [{name: id, type: int64}, {name: id2, type: int64}, {name: seq, type: int64}]}}
     keys: [id, id2] #! flows[1].keys: differ from flow f's keys [id]
     sequence_by: seq
 `},
-		{"U1 sequence types differ", header + tableT + cdcFlow + `  - name: g
+		{"sequence types differ", header + tableT + cdcFlow + `  - name: g
     target: t
     kind: auto_cdc
     source: {kafka: {topic: b, columns: [{name: id, type: int64}, {name: at, type: timestamp}]}}
     keys: [id]
     sequence_by: at #! flows[1].sequence_by: sequence type timestamp differs from flow f's int64
 `},
-		{"U1 scd types differ", header + tableT + cdcFlow + `  - name: g
+		{"scd types differ", header + tableT + cdcFlow + `  - name: g
     target: t
     kind: auto_cdc
     source: {kafka: {topic: b, columns: [{name: id, type: int64}, {name: seq, type: int64}]}}
@@ -625,7 +626,7 @@ flows:
     sequence_by: seq
     stored_as_scd_type: 2 #! flows[1].stored_as_scd_type: SCD type 1, this flow as type 2
 `},
-		{"U1 one snapshot flow per table", header + tableT + `flows:
+		{"one snapshot flow per table", header + tableT + `flows:
   - name: s1
     target: t
     kind: auto_cdc_from_snapshot
@@ -637,7 +638,7 @@ flows:
     source: {snapshots: {path: "b/{version}/*.parquet"}}
     keys: [id]
 `},
-		{"D08 snapshot with cdc", header + tableT + cdcFlow + `    ignore_null_updates: true #! flows[0].ignore_null_updates: no ignore-null on a flow that shares table t with snapshot flow s
+		{"snapshot with cdc", header + tableT + cdcFlow + `    ignore_null_updates: true #! flows[0].ignore_null_updates: no ignore-null on a flow that shares table t with snapshot flow s
   - name: s
     target: t
     kind: auto_cdc_from_snapshot
@@ -645,7 +646,7 @@ flows:
     snapshot_version: "2025-01-01T00:00:00Z" #! flows[1].snapshot_version: snapshot version type timestamp differs from the sequence type int64 of flow f
     keys: [customer_id] #! flows[1].keys: differ from flow f's keys [id]
 `},
-		{"D08 declared version type with list sequence", header + tableT + strings.Replace(cdcFlow, "sequence_by: seq", "sequence_by: [seq, id]", 1) + `  - name: s
+		{"declared version type with list sequence", header + tableT + strings.Replace(cdcFlow, "sequence_by: seq", "sequence_by: [seq, id]", 1) + `  - name: s
     target: t
     kind: auto_cdc_from_snapshot
     source: {snapshots: {path: "a/{version}/*.parquet"}}

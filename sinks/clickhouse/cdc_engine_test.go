@@ -185,8 +185,9 @@ var f1Source = batch.Schema{Columns: []batch.Column{
 	{Name: "seq", Type: batch.Int64, Nullable: true},
 }}
 
-// f1 is the flow F1 of the change semantics (SCD type 1, with truncates),
-// or F2 (SCD type 2).
+// f1 is the acceptance cases' flow (keys [id], sequence seq, op "D" a
+// delete, op and seq left out of the target) as SCD type 1 with op "T" a
+// truncate, or as SCD type 2.
 func f1(target string, scd int) cdc.Config {
 	c := cdc.Config{Pipeline: "p", Flow: "f_" + target, Target: target, Source: f1Source, Kafka: true,
 		Keys: []string{"id"}, SequenceBy: []string{"seq"}, ApplyAsDeletes: `op == "D"`,
@@ -201,10 +202,10 @@ func u(id int, name string, seq int) []any { return []any{id, name, nil, seq} }
 func d(id, seq int) []any                  { return []any{id, nil, "D", seq} }
 func tr(seq int) []any                     { return []any{0, nil, "T", seq} }
 
-// TestCDCEngineAcceptance runs acceptance cases of the change semantics
-// through the CDC engine and this sink, batch by batch, with the state read
-// back from ClickHouse only; then it delivers every batch again, which
-// changes nothing.
+// TestCDCEngineAcceptance runs acceptance cases of the change rules
+// (docs/cdc.md) through the CDC engine and this sink, batch by batch, with
+// the state read back from ClickHouse only; then it delivers every batch
+// again, which changes nothing.
 func TestCDCEngineAcceptance(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -212,16 +213,16 @@ func TestCDCEngineAcceptance(t *testing.T) {
 		batches [][][]any
 		want    []string
 	}{
-		{"A01", 1, [][][]any{{u(1, "a", 1), u(2, "x", 1), u(1, "b", 2)}}, []string{"1,b", "2,x"}},
-		{"A03", 1, [][][]any{{u(1, "b", 2)}, {u(1, "a", 1)}}, []string{"1,b"}},
-		{"A08", 1, [][][]any{{u(1, "a", 1)}, {d(1, 5)}, {u(1, "c", 6)}, {u(1, "old", 4)}}, []string{"1,c"}},
-		{"A10", 1, [][][]any{{u(1, "a", 1), d(1, 2), d(2, 2), u(2, "b", 3)}}, []string{"2,b"}},
+		{"newest per key", 1, [][][]any{{u(1, "a", 1), u(2, "x", 1), u(1, "b", 2)}}, []string{"1,b", "2,x"}},
+		{"older event in a later batch", 1, [][][]any{{u(1, "b", 2)}, {u(1, "a", 1)}}, []string{"1,b"}},
+		{"tombstone discards an older upsert", 1, [][][]any{{u(1, "a", 1)}, {d(1, 5)}, {u(1, "c", 6)}, {u(1, "old", 4)}}, []string{"1,c"}},
+		{"deletes and re-insert in one batch", 1, [][][]any{{u(1, "a", 1), d(1, 2), d(2, 2), u(2, "b", 3)}}, []string{"2,b"}},
 		{"truncate", 1, [][][]any{{u(1, "a", 1), u(2, "b", 5), u(3, "c", 2)}, {tr(3), u(4, "d", 2)}, {u(1, "late", 2), u(5, "e", 4)}},
 			[]string{"2,b", "5,e"}},
-		{"B04", 2, [][][]any{{u(1, "a", 10), u(1, "b", 20), d(1, 30), u(1, "c", 40)}}, []string{"1,a,10,20", "1,b,20,30", "1,c,40,∞"}},
-		{"B05", 2, [][][]any{{u(1, "a", 10)}, {u(1, "b", 5)}}, []string{"1,a,10,∞", "1,b,5,10"}},
-		{"B07", 2, [][][]any{{u(1, "a", 10)}, {u(1, "c", 30)}, {u(1, "b", 20)}}, []string{"1,a,10,20", "1,b,20,30", "1,c,30,∞"}},
-		{"B19", 2, [][][]any{{u(1, "a", 10), u(2, "p", 10)}, {u(1, "b", 20), d(2, 20), u(3, "z", 20)}},
+		{"scd2 delete and re-insert", 2, [][][]any{{u(1, "a", 10), u(1, "b", 20), d(1, 30), u(1, "c", 40)}}, []string{"1,a,10,20", "1,b,20,30", "1,c,40,∞"}},
+		{"scd2 late upsert before history", 2, [][][]any{{u(1, "a", 10)}, {u(1, "b", 5)}}, []string{"1,a,10,∞", "1,b,5,10"}},
+		{"scd2 late upsert splits", 2, [][][]any{{u(1, "a", 10)}, {u(1, "c", 30)}, {u(1, "b", 20)}}, []string{"1,a,10,20", "1,b,20,30", "1,c,30,∞"}},
+		{"scd2 several keys", 2, [][][]any{{u(1, "a", 10), u(2, "p", 10)}, {u(1, "b", 20), d(2, 20), u(3, "z", 20)}},
 			[]string{"1,a,10,20", "1,b,20,∞", "2,p,10,20", "3,z,20,∞"}},
 	}
 	_, open := cdcSetup(t)

@@ -25,12 +25,13 @@ import (
 // history file instead.
 //
 // Finding the history rows a load replaces without reading every history
-// sidecar rests on S2.2: a key's current version is its latest, so every
-// closed version of a key whose current row has sequence c starts below c.
-// A replaced or removed identity (key, s) can therefore be in a history
-// file only when its key has no row in the bucket's current file or s is
-// below that row's sequence, and only in a file whose sequence range holds
-// s; only the sidecars of such files are read.
+// sidecar rests on a key's versions never overlapping, with at most one
+// current: a key's current version is its latest, so every closed version of
+// a key whose current row has sequence c starts below c. A replaced or
+// removed identity (key, s) can therefore be in a history file only when its
+// key has no row in the bucket's current file or s is below that row's
+// sequence, and only in a file whose sequence range holds s; only the
+// sidecars of such files are read.
 
 // File kinds of an SCD type 2 target (fileEntry.Kind).
 const (
