@@ -75,7 +75,7 @@ func forEachDestination(t *testing.T, test func(t *testing.T, d destination)) {
 	}
 }
 
-func newDestination(t *testing.T, kind string) destination {
+func newDestination(t testing.TB, kind string) destination {
 	switch kind {
 	case "local":
 		return localDest{}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"path/filepath"
 	"slices"
@@ -16,27 +17,49 @@ import (
 	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
-// compactLoop compacts every table each CompactInterval until ctx ends.
+// compactLoop compacts every table each CompactInterval, and a table a
+// publication kicked (kickCompaction) at once, until ctx ends.
 func (s *Sink) compactLoop(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.opts.CompactInterval)
 	defer t.Stop()
 	for {
+		var tables []string
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.kicked:
+			s.kickMu.Lock()
+			tables = slices.Sorted(maps.Keys(s.kicks))
+			clear(s.kicks)
+			s.kickMu.Unlock()
 		case <-t.C:
-		}
-		tables, err := s.listTables()
-		if err != nil {
-			s.log.Warn("compaction: tables not listed", "err", err)
-			continue
+			var err error
+			if tables, err = s.listTables(); err != nil {
+				s.log.Warn("compaction: tables not listed", "err", err)
+				continue
+			}
 		}
 		for _, table := range tables {
 			if err := s.Compact(ctx, table); err != nil && ctx.Err() == nil {
 				s.log.Warn("compaction failed", "table", table, "err", err)
 			}
 		}
+	}
+}
+
+// kickCompaction asks the background compaction to look at table now; a
+// Sink without one (CompactInterval < 0) leaves it to Compact.
+func (s *Sink) kickCompaction(table string) {
+	if s.opts.CompactInterval < 0 {
+		return
+	}
+	s.kickMu.Lock()
+	s.kicks[table] = true
+	s.kickMu.Unlock()
+	select {
+	case s.kicked <- struct{}{}:
+	default: // already kicked
 	}
 }
 
@@ -198,11 +221,15 @@ func mergeFiles(ctx context.Context, disk fsys.FS, def tableDef, dir string, g i
 	return out, nil
 }
 
-// pickSmall chooses the files to merge: per folder of the table, the
-// smallest small files, in publication order; none for a folder with too
-// few.
+// pickSmall chooses the files to merge: per folder of the table, the small
+// files of the smallest size tier that holds at least CompactMinFiles, in
+// publication order, up to four times CompactSmallBytes; none for a folder
+// without such a tier. Tiers (a factor of four apart) keep a file from being
+// rewritten with every few loads: files merge with files of their size, so
+// each byte is rewritten about once per tier, and a folder holds at most
+// CompactMinFiles small files per tier.
 func (s *Sink) pickSmall(m manifest) [][]fileEntry {
-	byDir := map[string][]fileEntry{}
+	byDir := map[string]map[int][]fileEntry{}
 	var dirs []string
 	for _, f := range m.Files {
 		if f.Bytes >= s.opts.CompactSmallBytes {
@@ -211,27 +238,40 @@ func (s *Sink) pickSmall(m manifest) [][]fileEntry {
 		d := path.Dir(f.Name)
 		if _, ok := byDir[d]; !ok {
 			dirs = append(dirs, d)
+			byDir[d] = map[int][]fileEntry{}
 		}
-		byDir[d] = append(byDir[d], f)
+		t := sizeTier(f.Bytes)
+		byDir[d][t] = append(byDir[d][t], f)
 	}
 	var out [][]fileEntry
 	for _, d := range dirs {
-		small := byDir[d]
-		if len(small) < s.opts.CompactMinFiles {
-			continue
+		for _, t := range slices.Sorted(maps.Keys(byDir[d])) {
+			small := byDir[d][t]
+			if len(small) < s.opts.CompactMinFiles {
+				continue
+			}
+			// Merge in publication order, so that a merged file keeps loads in order.
+			slices.SortStableFunc(small, func(a, b fileEntry) int { return cmp.Compare(a.FirstSeq, b.FirstSeq) })
+			budget := 4 * s.opts.CompactSmallBytes
+			var total int64
+			n := 0
+			for n < len(small) && (n < 2 || total+small[n].Bytes <= budget) {
+				total += small[n].Bytes
+				n++
+			}
+			out = append(out, small[:n])
+			break
 		}
-		slices.SortStableFunc(small, func(a, b fileEntry) int { return cmp.Compare(a.Bytes, b.Bytes) })
-		budget := 4 * s.opts.CompactSmallBytes
-		var total int64
-		n := 0
-		for n < len(small) && (n < 2 || total+small[n].Bytes <= budget) {
-			total += small[n].Bytes
-			n++
-		}
-		// Merge in publication order, so that a merged file keeps loads in order.
-		pick := small[:n]
-		slices.SortStableFunc(pick, func(a, b fileEntry) int { return cmp.Compare(a.FirstSeq, b.FirstSeq) })
-		out = append(out, pick)
 	}
 	return out
+}
+
+// sizeTier is a file's size tier: 0 below 16 KiB, then one more for each
+// factor of four.
+func sizeTier(bytes int64) int {
+	t := 0
+	for b := bytes; b >= 16<<10; b >>= 2 {
+		t++
+	}
+	return t
 }

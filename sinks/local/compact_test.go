@@ -347,3 +347,38 @@ func TestBackgroundCompaction(t *testing.T) {
 		t.Fatalf("Compact after Close: %v, want errClosed", err)
 	}
 }
+
+// TestSmallLoadsKeepFewFiles: many one-row loads do not pile files up in
+// a table: a publication that leaves a size tier with CompactMinFiles small
+// files wakes the background compaction at once, so the table's files stay
+// bounded by the tiers, not by the loads.
+func TestSmallLoadsKeepFewFiles(t *testing.T) {
+	ctx := context.Background()
+	opts := testOpts(t.TempDir())
+	opts.CompactInterval, opts.CompactMinFiles = time.Hour, 4
+	s := openTest(t, opts)
+	if err := s.Ensure(ctx, []sinks.Table{ordersTable}); err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	from := int64(-1)
+	for i := range 300 {
+		if _, err := commitOrders(ctx, s, 0, from, i, 1); err != nil {
+			t.Fatal(err)
+		}
+		from = int64(i + 1)
+		m, err := s.current("orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, len(m.Files))
+	}
+	// At most a few tiers of fewer than 4 files, and the merges in flight.
+	if most > 24 {
+		t.Errorf("the table held up to %d files over 300 one-row loads, want a bound that does not grow with them", most)
+	}
+	if n := checkConsistent(t, s, "orders"); n != 300 {
+		t.Fatalf("%d rows, want 300", n)
+	}
+	t.Logf("at most %d files over 300 loads", most)
+}

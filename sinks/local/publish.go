@@ -195,7 +195,7 @@ func (s *Sink) installVersion(table string, m manifest, srcs map[string]string) 
 	if err := s.swap(table, m.Version); err != nil {
 		return err
 	}
-	if err := s.gcVersions(table, m.Version); err != nil {
+	if err := s.gcVersions(table, m.Version, false); err != nil {
 		s.log.Warn("old versions not removed", "table", table, "err", err)
 	}
 	return nil
@@ -358,50 +358,86 @@ func (s *Sink) publishTable(table string, loads []*entry) error {
 		return err
 	}
 	s.log.Debug("published", "table", table, "files", added, "replaced", dropped, "through", through)
+	if s.tooManySmall(m) {
+		s.kickCompaction(table)
+	}
 	return nil
 }
 
-// gcVersions removes a table's version folders other than cur: at once
-// those after it (a writer died before its swap), and those before it once
-// superseded for KeepVersions. Runs under the lock.
-func (s *Sink) gcVersions(table string, cur int64) error {
-	ents, err := s.disk.ReadDir(s.lay.tableDir(table))
-	if err != nil {
-		return err
-	}
-	var versions []int64
-	for _, e := range ents {
-		stem := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".json"), idsSuffix)
-		if v, ok := parseVersionName(stem); ok {
-			versions = append(versions, v)
+// tooManySmall reports whether a compaction would merge files of the
+// version (pickSmall): a version's cost (a link per file, its manifest)
+// grows with its files, so small loads must not pile up until the next
+// CompactInterval.
+func (s *Sink) tooManySmall(m manifest) bool { return len(s.pickSmall(m)) > 0 }
+
+// gcVersions removes a table's version folders other than cur once
+// superseded for KeepVersions; with sweep, it lists the table's folder and
+// also removes those after cur at once (a writer died before its swap).
+// Without, it goes up from the oldest version this Sink knows may remain
+// and stops at the first kept: versions are numbered one after the other
+// and superseded in that order, so a publication's cost does not grow with
+// the versions kept meanwhile. Runs under the lock.
+func (s *Sink) gcVersions(table string, cur int64, sweep bool) error {
+	lo, known := s.gcLow[table]
+	if sweep || !known {
+		ents, err := s.disk.ReadDir(s.lay.tableDir(table))
+		if err != nil {
+			return err
 		}
-	}
-	slices.Sort(versions)
-	versions = slices.Compact(versions)
-	now := time.Now()
-	var errs []error
-	for i, v := range versions {
-		if v == cur {
-			continue
-		}
-		if v < cur && s.opts.KeepVersions > 0 {
-			// v was superseded when its successor's manifest was written.
-			st, err := s.disk.Stat(s.lay.manifestFile(table, versions[i+1]))
-			if err == nil && now.Sub(st.ModTime()) < s.opts.KeepVersions {
-				continue
+		var versions []int64
+		for _, e := range ents {
+			stem := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".json"), idsSuffix)
+			if v, ok := parseVersionName(stem); ok {
+				versions = append(versions, v)
 			}
 		}
-		if err := s.disk.RemoveAll(s.lay.versionDir(table, v)); err != nil {
-			errs = append(errs, err)
-			continue
+		slices.Sort(versions)
+		versions = slices.Compact(versions)
+		var errs []error
+		lo = cur
+		for _, v := range versions {
+			if v > cur && sweep {
+				if err := s.removeVersion(table, v); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if v < cur {
+				lo = min(lo, v)
+			}
 		}
-		if err := s.disk.RemoveAll(s.lay.idsDir(table, v)); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := s.disk.Remove(s.lay.manifestFile(table, v)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+		if len(errs) > 0 {
+			return errors.Join(errs...)
 		}
 	}
-	return errors.Join(errs...)
+	now := time.Now()
+	for ; lo < cur; lo++ {
+		if s.opts.KeepVersions > 0 {
+			// lo was superseded when its successor's manifest was written.
+			st, err := s.disk.Stat(s.lay.manifestFile(table, lo+1))
+			if err == nil && now.Sub(st.ModTime()) < s.opts.KeepVersions {
+				break
+			}
+		}
+		if err := s.removeVersion(table, lo); err != nil {
+			s.gcLow[table] = lo
+			return err
+		}
+	}
+	s.gcLow[table] = lo
+	return nil
+}
+
+// removeVersion removes a version's folder, its identities and its
+// manifest; whatever is gone already is fine.
+func (s *Sink) removeVersion(table string, v int64) error {
+	if err := s.disk.RemoveAll(s.lay.versionDir(table, v)); err != nil {
+		return err
+	}
+	if err := s.disk.RemoveAll(s.lay.idsDir(table, v)); err != nil {
+		return err
+	}
+	if err := s.disk.Remove(s.lay.manifestFile(table, v)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

@@ -59,7 +59,7 @@ func (s *Sink) Recover(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("local: recover %s: %w", t, err)
 		}
-		if err := s.gcVersions(t, m.Version); err != nil {
+		if err := s.gcVersions(t, m.Version, true); err != nil {
 			return fmt.Errorf("local: recover %s: %w", t, err)
 		}
 	}

@@ -101,6 +101,15 @@ type Sink struct {
 	// it (compactLedgerAt; tests lower it).
 	compactAt int
 
+	// gcLow is, per table, the oldest version that may remain on disk
+	// (gcVersions); under the lock.
+	gcLow map[string]int64
+
+	// kicked wakes the background compaction for the tables in kicks.
+	kicked chan struct{}
+	kickMu sync.Mutex
+	kicks  map[string]bool
+
 	closed  atomic.Bool     // refuse new work
 	closing atomic.Bool     // Close ran
 	bg      context.Context // of the background goroutines; stop cancels it
@@ -171,6 +180,9 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		leases:    map[string]*lease{},
 		holders:   map[string]*holderLock{},
 		compactAt: compactLedgerAt,
+		kicked:    make(chan struct{}, 1),
+		kicks:     map[string]bool{},
+		gcLow:     map[string]int64{},
 	}
 	for _, dir := range []string{s.lay.root, s.lay.state(), s.lay.tmp(), s.lay.staging(), s.lay.tables()} {
 		if err := disk.MkdirAll(dir, 0o755); err != nil {
