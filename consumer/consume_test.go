@@ -181,7 +181,7 @@ func TestBatchFillsWhileBehind(t *testing.T) {
 			cfg := testConfig(t, addr, "t")
 			cfg.Bounded = bounded
 			cfg.MaxRows = 20_000
-			cfg.MaxWait = time.Millisecond // passes many times while a batch is read
+			cfg.MaxWait = time.Millisecond    // passes many times while a batch is read
 			cfg.catchUpPoll = 5 * time.Second // no stall of a busy machine closes a batch early
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
