@@ -376,7 +376,8 @@ func (s *Sink) tooManySmall(m manifest) bool { return len(s.pickSmall(m)) > 0 }
 // Without, it goes up from the oldest version this Sink knows may remain
 // and stops at the first kept: versions are numbered one after the other
 // and superseded in that order, so a publication's cost does not grow with
-// the versions kept meanwhile. Runs under the lock.
+// the versions kept meanwhile, and it removes at most gcPerPublish. Runs
+// under the lock.
 func (s *Sink) gcVersions(table string, cur int64, sweep bool) error {
 	lo, known := s.gcLow[table]
 	if sweep || !known {
@@ -410,7 +411,7 @@ func (s *Sink) gcVersions(table string, cur int64, sweep bool) error {
 		}
 	}
 	now := time.Now()
-	for ; lo < cur; lo++ {
+	for removed := 0; lo < cur && (sweep || removed < gcPerPublish); lo, removed = lo+1, removed+1 {
 		if s.opts.KeepVersions > 0 {
 			// lo was superseded when its successor's manifest was written.
 			st, err := s.disk.Stat(s.lay.manifestFile(table, lo+1))
@@ -426,6 +427,11 @@ func (s *Sink) gcVersions(table string, cur int64, sweep bool) error {
 	s.gcLow[table] = lo
 	return nil
 }
+
+// gcPerPublish bounds the versions one publication removes: after a burst
+// of loads their versions expire together, and removing them all at once
+// would stall one commit; the next publications go on where it stopped.
+const gcPerPublish = 4
 
 // removeVersion removes a version's folder, its identities and its
 // manifest; whatever is gone already is fine.
