@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -160,11 +158,7 @@ func (s *Store) Retryable(err error) bool {
 	case errors.Is(err, berrors.ErrTimeout):
 		return true
 	}
-	var pe *fs.PathError
-	var le *os.LinkError
-	var se *os.SyscallError
-	var errno syscall.Errno
-	return errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &errno)
+	return fsys.Failed(err)
 }
 
 // record is an entry as stored: format byte 1, revision, update time in

@@ -654,7 +654,7 @@ func testPublishRetried(t *testing.T, h *harness, c config, file bool) {
 	if err == nil || errors.Is(err, sinks.ErrStale) {
 		t.Fatalf("commit with a failing publication: %v, want a publishing error", err)
 	}
-	if rc, ok := s.(interface{ Retryable(error) bool }); ok && !rc.Retryable(err) {
+	if rc, ok := s.(sinks.Classifier); ok && !rc.Retryable(err) {
 		t.Fatalf("publishing error %v is not retryable", err)
 	}
 	for i, s := range []sinks.Sink{s, h.sink()} {
