@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // Acceptance cases of the change rules (docs/cdc.md), SCD type 1 and 2, end
@@ -272,7 +273,7 @@ func runCase(t *testing.T, addr, prefix, dest string, tc cdcCase) {
 				t.Fatal(err)
 			}
 		}
-		sink, err := flows.OpenSink(ctx, p, nil)
+		sink, err := destination.Open(ctx, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +284,7 @@ func runCase(t *testing.T, addr, prefix, dest string, tc cdcCase) {
 		}
 	}
 
-	sink, err := flows.OpenSink(ctx, p, nil)
+	sink, err := destination.Open(ctx, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/consumer"
-	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // TestCDCJoinedLoads: a CDC flow over four partitions whose batches are
@@ -69,7 +69,7 @@ func TestCDCJoinedLoads(t *testing.T) {
 			if rows := s.rows("t"); !slices.Equal(rows, want) {
 				t.Fatalf("target: %d rows, want %d\n got %q\nwant %q", len(rows), len(want), rows, want)
 			}
-			sink, err := flows.OpenSink(ctx, s.p, nil)
+			sink, err := destination.Open(ctx, s.p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

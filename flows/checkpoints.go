@@ -6,27 +6,19 @@ import (
 	"log/slog"
 
 	"github.com/sluicehq/sluice/checkpoint"
-	checkpointch "github.com/sluicehq/sluice/checkpoint/clickhouse"
-	checkpointlocal "github.com/sluicehq/sluice/checkpoint/local"
-	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
-	"github.com/sluicehq/sluice/sinks/clickhouse"
 )
 
-// OpenCheckpoints opens the pipeline's checkpoint store, in its destination:
-// _sluice_state in ClickHouse, <path>/_sluice/checkpoint.db locally. log
-// (nil discards) gets the store's lock takeovers.
-func OpenCheckpoints(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, log *slog.Logger) (checkpoint.Store, error) {
-	if s, ok := sink.(interface {
-		StateConn() (clickhouse.StateConn, string)
-	}); ok {
-		conn, db := s.StateConn()
-		return checkpointch.Open(ctx, conn, checkpointch.Options{Database: db, Logger: log})
+// OpenCheckpoints opens the pipeline's checkpoint store, which its
+// destination keeps (sinks.CheckpointKeeper): _sluice_state in ClickHouse,
+// <path>/_sluice/checkpoint.db locally. log (nil discards) gets the store's
+// lock takeovers.
+func OpenCheckpoints(ctx context.Context, sink sinks.Sink, log *slog.Logger) (checkpoint.Store, error) {
+	k, ok := sink.(sinks.CheckpointKeeper)
+	if !ok {
+		return nil, errors.New("the destination keeps no checkpoint store")
 	}
-	if p.Destination.Local != nil {
-		return checkpointlocal.Open(p.Path(p.Destination.Local.Path), checkpointlocal.Options{})
-	}
-	return nil, errors.New("the destination keeps no checkpoint store")
+	return k.OpenCheckpoints(ctx, log)
 }
 
 // retryingStore retries the operations of the checkpoint store that fail

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/sinks"
 	chsink "github.com/sluicehq/sluice/sinks/clickhouse"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // newExpireStepper is a stepper of one SCD type 1 flow of topic whose
@@ -34,7 +35,7 @@ func markersOf(t *testing.T, sink sinks.Sink) (rows, states uint64, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	conn, db := ch.StateConn()
+	conn, db := ch.Conn()
 	count := func(q string) uint64 {
 		rs, err := conn.Query(context.Background(), q)
 		if err != nil {
@@ -75,7 +76,7 @@ func TestRunForgetsExpiredState(t *testing.T) {
 		s := newExpireStepper(t, broker.Addr(), dest(t), topic)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		sink, err := flows.OpenSink(ctx, s.p, nil)
+		sink, err := destination.Open(ctx, s.p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +143,7 @@ func TestUpdateExpireForgetsExpiredState(t *testing.T) {
 		var inCH bool
 		stateKeys := func() int {
 			ctx := context.Background()
-			sink, err := flows.OpenSink(ctx, s.p, nil)
+			sink, err := destination.Open(ctx, s.p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

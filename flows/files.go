@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"runtime"
 	"slices"
@@ -381,4 +382,13 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 // open opens a file to read from row start.
 func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
 	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead})
+}
+
+// showProgress shows a flow's file progress (Options.Progress) until stop.
+func (r *runner) showProgress(p *backfill.Progress, f *spec.Flow) (stop func()) {
+	w := r.opts.Progress
+	if w == nil {
+		w = io.Discard
+	}
+	return p.Bar(w, r.log.With("flow", f.Name))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/sluicehq/sluice/backfill"
@@ -511,13 +510,4 @@ func appendValue(v *batch.Vector, x backfill.Value) {
 	case batch.KindDecimal:
 		v.AppendDecimal(x.Dec)
 	}
-}
-
-// showProgress shows a flow's file progress (Options.Progress) until stop.
-func (r *runner) showProgress(p *backfill.Progress, f *spec.Flow) (stop func()) {
-	w := r.opts.Progress
-	if w == nil {
-		w = io.Discard
-	}
-	return p.Bar(w, r.log.With("flow", f.Name))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // Incremental files flows (issue: cursor and lag window), end to end in
@@ -53,7 +54,7 @@ func writeDay(t *testing.T, dir string, day, n int, amount int64) {
 func (s *stepper) loadIDs(table string) map[string][]string {
 	s.t.Helper()
 	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
+	sink, err := destination.Open(ctx, s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -76,12 +77,12 @@ func (s *stepper) loadIDs(table string) map[string][]string {
 func (s *stepper) cursor(flow string) checkpoint.CursorState {
 	s.t.Helper()
 	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
+	sink, err := destination.Open(ctx, s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer sink.Close()
-	store, err := flows.OpenCheckpoints(ctx, s.p, sink, nil)
+	store, err := flows.OpenCheckpoints(ctx, sink, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -318,7 +319,7 @@ func TestIncrementalRunMode(t *testing.T) {
 		writeDay(t, s.dir, 1, 2, 1)
 		writeDay(t, s.dir, 2, 2, 1)
 		ctx, cancel := context.WithCancel(context.Background())
-		sink, err := flows.OpenSink(ctx, s.p, nil)
+		sink, err := destination.Open(ctx, s.p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

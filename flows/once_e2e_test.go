@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // Once-flows end to end, beside live flows on the same target: files
@@ -101,7 +102,7 @@ func (s *stepper) updateWith(opts flows.Options) {
 func (s *stepper) tryUpdateWith(opts flows.Options) error {
 	s.t.Helper()
 	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
+	sink, err := destination.Open(ctx, s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func startBroker(t *testing.T) *devkafka.Broker {
 func (s *stepper) rows(table string, drop ...string) []string {
 	s.t.Helper()
 	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
+	sink, err := destination.Open(ctx, s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func kafkaConfig() *sarama.Config {
 func (s *stepper) status(flow string) flows.FlowReport {
 	s.t.Helper()
 	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
+	sink, err := destination.Open(ctx, s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ func (r *runner) execute(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	store, err := OpenCheckpoints(ctx, r.p, r.sink, r.log)
+	store, err := OpenCheckpoints(ctx, r.sink, r.log)
 	if err != nil {
 		return fmt.Errorf("checkpoint store: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // Snapshots applied in many small buckets: the same results as whole, one
@@ -56,7 +57,7 @@ func rowTexts(rows []rawRow) []string {
 func (s *stepper) loadsOf(flow string) int {
 	s.t.Helper()
 	ctx := context.Background()
-	sink, err := flows.OpenSink(ctx, s.p, nil)
+	sink, err := destination.Open(ctx, s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func (s *stepper) loadsOf(flow string) int {
 // updateCtx runs one update under ctx and returns its error.
 func (s *stepper) updateCtx(ctx context.Context) error {
 	s.t.Helper()
-	sink, err := flows.OpenSink(context.Background(), s.p, nil)
+	sink, err := destination.Open(context.Background(), s.p, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	for _, t := range totals {
 		rep.LoadsTotal += int(t.Loads)
 	}
-	store, err := OpenCheckpoints(ctx, p, sink, nil)
+	store, err := OpenCheckpoints(ctx, sink, nil)
 	if err != nil {
 		store = nil // status still reports what the ledger says
 	} else {

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/sample"
 	"github.com/sluicehq/sluice/flows/spec"
+	sinkdest "github.com/sluicehq/sluice/sinks/destination"
 )
 
 // benchMessages is the size of the benchmark's topic; SLUICE_BENCH_MESSAGES
@@ -79,7 +80,7 @@ func BenchmarkAppendLocal(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sink, err := flows.OpenSink(ctx, p, nil)
+		sink, err := sinkdest.Open(ctx, p, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func sluiceIntoClickHouse(ctx context.Context, b *testing.B, d *clickHouseDest, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	sink, err := flows.OpenSink(ctx, p, nil)
+	sink, err := sinkdest.Open(ctx, p, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

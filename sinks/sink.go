@@ -3,7 +3,10 @@ package sinks
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
+
+	"github.com/sluicehq/sluice/checkpoint"
 
 	"github.com/sluicehq/sluice/flows/batch"
 )
@@ -26,6 +29,14 @@ var (
 // runner retries what it calls retryable.
 type Classifier interface {
 	Retryable(err error) bool
+}
+
+// CheckpointKeeper is a destination that keeps the pipeline's checkpoint
+// store beside its tables (the destination is the state of record).
+type CheckpointKeeper interface {
+	// OpenCheckpoints opens the store; log (nil discards) gets its lock
+	// takeovers. The caller closes it.
+	OpenCheckpoints(ctx context.Context, log *slog.Logger) (checkpoint.Store, error)
 }
 
 // Table describes a target table as the spec resolves it.

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/flows/render"
 	"github.com/sluicehq/sluice/flows/sample"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 func newDemo(g *globals) *cobra.Command {
@@ -116,7 +117,7 @@ func (g *globals) demo(ctx context.Context, messages, customers int, partitions 
 	}
 	step("pipeline spec written to %s", specPath)
 
-	sink, err := flows.OpenSink(ctx, p, log)
+	sink, err := destination.Open(ctx, p, log)
 	if err != nil {
 		return err
 	}

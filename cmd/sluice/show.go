@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/render"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 func newShow(g *globals) *cobra.Command {
@@ -62,7 +62,7 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 	if err != nil {
 		return err
 	}
-	sink, err := flows.OpenSink(ctx, p, log)
+	sink, err := destination.Open(ctx, p, log)
 	if err != nil {
 		return err
 	}

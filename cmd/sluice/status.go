@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 func newStatus(g *globals) *cobra.Command {
@@ -36,7 +37,7 @@ func (g *globals) status(ctx context.Context, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	sink, err := flows.OpenSink(ctx, p, log)
+	sink, err := destination.Open(ctx, p, log)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 func newUpdate(g *globals) *cobra.Command {
@@ -60,7 +61,7 @@ func (g *globals) execute(ctx context.Context, opts flows.Options) error {
 		return err
 	}
 	// The sink outlives the signal: a drain after SIGTERM still commits.
-	sink, err := flows.OpenSink(context.WithoutCancel(ctx), p, log)
+	sink, err := destination.Open(context.WithoutCancel(ctx), p, log)
 	if err != nil {
 		return err
 	}

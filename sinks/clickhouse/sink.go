@@ -14,6 +14,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/sluicehq/sluice/checkpoint"
+	checkpointch "github.com/sluicehq/sluice/checkpoint/clickhouse"
 	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
@@ -244,9 +246,12 @@ func (s *Sink) currentOwner() string {
 	return s.owner
 }
 
-// StateConn is the part of the connection the checkpoint store uses.
-type StateConn = chsql.Conn
+// OpenCheckpoints opens the checkpoint store in the sink's database, on its
+// connection (sinks.CheckpointKeeper).
+func (s *Sink) OpenCheckpoints(ctx context.Context, log *slog.Logger) (checkpoint.Store, error) {
+	return checkpointch.Open(ctx, s.conn, checkpointch.Options{Database: s.opts.Database, Logger: log})
+}
 
-// StateConn returns the sink's connection and database, for the checkpoint
-// store that keeps its state in the same database (_sluice_state).
-func (s *Sink) StateConn() (StateConn, string) { return s.conn, s.opts.Database }
+// Conn returns the sink's connection and database, for tools and tests
+// that read the destination directly.
+func (s *Sink) Conn() (chsql.Conn, string) { return s.conn, s.opts.Database }

@@ -7,16 +7,16 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/sluicehq/sluice/checkpoint"
+	checkpointlocal "github.com/sluicehq/sluice/checkpoint/local"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/local/fsys"
@@ -290,11 +290,7 @@ func (s *Sink) Retryable(err error) bool {
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return true // a state file's lock held by a publish elsewhere
 	}
-	var pe *fs.PathError
-	var le *os.LinkError
-	var se *os.SyscallError
-	var errno syscall.Errno
-	return errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &errno)
+	return fsys.Failed(err)
 }
 
 // Ledger returns the committed loads in commit order (of Options.Pipeline
@@ -342,6 +338,12 @@ func (s *Sink) Totals(ctx context.Context, pipeline string) (map[string]sinks.Fl
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	return s.led.flowTotals(pipeline), nil
+}
+
+// OpenCheckpoints opens the checkpoint store in the destination's _sluice
+// folder, on the Sink's file system (sinks.CheckpointKeeper).
+func (s *Sink) OpenCheckpoints(ctx context.Context, log *slog.Logger) (checkpoint.Store, error) {
+	return checkpointlocal.Open(s.opts.Path, checkpointlocal.Options{FS: s.disk})
 }
 
 // Scan returns the logical content of a table as of its current version:

@@ -1,7 +1,8 @@
-package flows
+package destination
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -11,16 +12,17 @@ import (
 	"github.com/sluicehq/sluice/sinks/local"
 )
 
-// OpenSink opens the pipeline's destination. A relative local path is taken
-// relative to the spec file's folder.
-func OpenSink(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Sink, error) {
+// Open opens the pipeline's destination; log (nil discards) gets the
+// sink's recovery, schema changes and background work. A relative local
+// path is taken relative to the spec file's folder.
+func Open(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Sink, error) {
 	switch {
 	case p.Destination.Local != nil:
 		path := p.Path(p.Destination.Local.Path)
 		return local.Open(ctx, local.Options{Path: path, Pipeline: p.Pipeline, Logger: log})
 	case p.Destination.ClickHouse != nil:
 		ch := p.Destination.ClickHouse
-		tc, err := tlsConfig(ch.TLS)
+		tc, err := ch.TLS.ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("clickhouse: %w", err)
 		}
@@ -34,5 +36,5 @@ func OpenSink(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Si
 			Pipeline: p.Pipeline, Logger: log,
 		})
 	}
-	return nil, fmt.Errorf("spec has no destination")
+	return nil, errors.New("spec has no destination")
 }

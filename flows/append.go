@@ -1,0 +1,132 @@
+package flows
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/backfill"
+	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/decode"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// Append flows: each batch, of a Kafka partition or a file chunk, becomes
+// rows appended to the target, its undecodable records dead letters of the
+// same load.
+
+// stampDeadLetters fills in what the decoders leave to the runner.
+func (r *runner) stampDeadLetters(f *spec.Flow, dls []batch.DeadLetter) {
+	now := time.Now().UTC()
+	for i := range dls {
+		dls[i].Pipeline, dls[i].Flow, dls[i].Target, dls[i].At = r.p.Pipeline, f.Name, f.Target, now
+	}
+}
+
+// onErrorFail returns, when the flow says on_error: fail and dls holds a
+// dead letter, the error that stops it (the dead letters stamped); else
+// nil.
+func (r *runner) onErrorFail(f *spec.Flow, dls []batch.DeadLetter) error {
+	if len(dls) == 0 || f.OnError != spec.OnErrorFail {
+		return nil
+	}
+	r.stampDeadLetters(f, dls)
+	d := dls[0]
+	return fmt.Errorf("record %s %s: %s (%s); on_error: fail, nothing of the batch committed",
+		d.Source, d.Position, d.Error, d.Reason)
+}
+
+// appendHandler turns each batch into rows appended to the target.
+type appendHandler struct {
+	r      *runner
+	flow   *spec.Flow
+	target batch.Schema
+	pool   sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
+}
+
+func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
+	target := r.p.Table(f.Target)
+	if target == nil {
+		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
+	}
+	h := &appendHandler{r: r, flow: f, target: target.Schema}
+	if f.Source.Kafka != nil {
+		proto, err := decode.NewJSON(f.SourceSchema())
+		if err != nil {
+			return nil, err
+		}
+		h.pool.New = func() any { return proto.Clone() }
+	}
+	return h, nil
+}
+
+func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*prepared, error) {
+	dec := h.pool.Get().(*decode.JSON)
+	out := batch.New(dec.Schema(), len(rb.Records))
+	dls := dec.DecodeAll(rb.Records, out, nil)
+	h.pool.Put(dec)
+	h.r.stampDeadLetters(h.flow, dls)
+	if err := h.r.onErrorFail(h.flow, dls); err != nil {
+		return nil, err
+	}
+	return h.appendRows(out, dls)
+}
+
+// prepareChunk appends a chunk of a file source.
+func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*prepared, error) {
+	dls := ch.DeadLetters
+	h.r.stampDeadLetters(h.flow, dls)
+	if err := h.r.onErrorFail(h.flow, dls); err != nil {
+		return nil, err
+	}
+	return h.appendRows(ch.Batch, dls)
+}
+
+func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter) (*prepared, error) {
+	rows := Project(out, h.target)
+	return &prepared{
+		rows:        int64(rows.Len()),
+		deadLetters: int64(len(dls)),
+		write: func(ctx context.Context, ld sinks.Load) error {
+			if rows.Len() > 0 {
+				if err := ld.Write(ctx, h.flow.Target, rows); err != nil {
+					return err
+				}
+			}
+			return writeDeadLetters(ctx, ld, dls)
+		},
+	}, nil
+}
+
+func writeDeadLetters(ctx context.Context, ld sinks.Load, dls []batch.DeadLetter) error {
+	if len(dls) == 0 {
+		return nil
+	}
+	return ld.Write(ctx, batch.DeadLettersTable, batch.DeadLetterBatch(dls))
+}
+
+// Project returns a batch of the target schema holding b's columns: columns
+// of the target that b lacks are all NULL (the spec only allows that for
+// nullable columns). Vectors are shared, not copied.
+func Project(b *batch.Batch, target batch.Schema) *batch.Batch {
+	if b.Schema.Equal(target) {
+		return b
+	}
+	n := b.Len()
+	out := &batch.Batch{Schema: target, Vectors: make([]*batch.Vector, len(target.Columns))}
+	for i, c := range target.Columns {
+		if v := b.Column(c.Name); v != nil {
+			out.Vectors[i] = v
+			continue
+		}
+		v := batch.NewVector(c.Type, n)
+		for range n {
+			v.AppendNull()
+		}
+		out.Vectors[i] = v
+	}
+	return out
+}
