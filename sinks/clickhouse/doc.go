@@ -2,7 +2,8 @@
 // and sluice's own tables (_sluice_loads, _sluice_dead_letters,
 // _sluice_heartbeats, _sluice_state for the checkpoint store, and
 // _sluice_cdc_state and _sluice_leases for CDC targets, _sluice_resets for
-// full refreshes), stages each load in
+// full refreshes, _sluice_heads for the heads of the flows' slots), stages
+// each load in
 // staging tables, commits it by one row in _sluice_loads, publishes it with
 // ATTACH PARTITION ... FROM, and recovers what stopped processes left behind
 // (at start, and in a background cleanup while the sink is open). A load of
@@ -16,7 +17,8 @@
 // content; its loads write versions, markers and hidden state through the
 // same staging and publication as append rows (cdc.go). The sink stores the
 // CDC engine's state and returns it (GetState), and keeps each CDC target to
-// one writer with a lease row (lease.go); it computes nothing of the change
+// one writer with a lease fenced by a generation every commit checks
+// (lease.go); it computes nothing of the change
 // semantics itself. It speaks the native protocol through
 // github.com/ClickHouse/clickhouse-go/v2 and works on ClickHouse 18.16 and
 // later, using DateTime64 and Date32 where the server has them.

@@ -15,7 +15,9 @@
 //	  _sluice_dead_letters -> _sluice/tables/_sluice_dead_letters/v000000000007
 //	  _sluice/                                       hidden state; never inside a table's folder
 //	    lock                                         flock: the destination lock
-//	    ledger.jsonl                                 the ledger: one JSON line per committed load or reset
+//	    ledger.jsonl                                 the ledger: one JSON line per committed load or reset, since its base
+//	    ledger.base.json                             the base: what the compacted lines add up to (ledger.go)
+//	    loads/ledger-<first>-<last>.jsonl            the compacted lines, for lineage
 //	    tables/<table>/schema.json                   declared columns, partition_by, kind and keys
 //	    tables/<table>/v<N>/                         version N: immutable, hard links to data files
 //	    tables/<table>/v<N>.json                     its manifest: files, rows, and "through"
@@ -23,7 +25,8 @@
 //	    tables/<table>/state.db                      CDC targets: key and table states (bbolt)
 //	    staging/<load id>/                           a load's files until published, and its .lock
 //	    staging/compact-<table>-<random>/            a compaction's inputs and output
-//	    leases/<table>                               flock: a CDC target's lease (and <table>.json, its holder)
+//	    leases/<name>.json                           a lease: holder, generation, expiry (lease.go)
+//	    leases/holders/<holder>                      flock: a live holder of leases
 //	    heartbeats/<pipeline>/<id>.json              live processes of a pipeline
 //	    tmp/                                         symlinks and folders being made
 //
@@ -34,7 +37,8 @@
 // partition columns stay in the files too, exact). Readers use the table's
 // folder directly: DuckDB read_parquet('<path>/orders/**/*.parquet'), pandas,
 // ClickHouse file(). _sluice_loads is not a folder: Scan returns the ledger
-// with batch.LoadsSchema, and DuckDB reads read_json('<path>/_sluice/ledger.jsonl').
+// with batch.LoadsSchema, and DuckDB reads read_json(['<path>/_sluice/loads/*.jsonl',
+// '<path>/_sluice/ledger.jsonl']).
 //
 // # Files
 //
@@ -204,10 +208,24 @@
 //
 // # Leases
 //
-// AcquireLease holds an exclusive flock on _sluice/leases/<table> until
-// ReleaseLease, Close, or the death of the process: the ttl plays no part.
-// Another holder, in this Sink, another Sink or another process, gets
-// sinks.ErrLeaseHeld.
+// A lease (lease.go) is a record, _sluice/leases/<name>.json, read and
+// written under the destination lock: holder, a generation that moves on
+// at every takeover, expiry by this machine's clock. A load remembers the
+// generations its Sink held when it began, and its commit, under the same
+// lock, is refused with sinks.ErrLeaseLost once one of them moved on. A
+// holder is alive while some process holds the flock on
+// _sluice/leases/holders/<holder>: a lease of a dead holder is taken over at
+// once, one of a live holder that stopped renewing it once it expired.
+//
+// # The ledger's base
+//
+// A commit that leaves ledger.jsonl with compactLedgerAt lines, all
+// published and their states applied, compacts it (ledger.go): the lines go
+// to an archive segment under _sluice/loads/, the heads, counts, resets and
+// state watermarks they add up to go to ledger.base.json, and ledger.jsonl
+// starts anew, each step durable before the next. Opening a destination
+// reads the base and the lines after it; a reader that has the old file
+// open notices the new one and reads the base again.
 //
 // A commit that fails after step 5 returns an error saying the load is
 // committed: the next commit of any writer, or Recover, publishes it (a
