@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -180,7 +182,11 @@ func TestTwoRunsThroughPausesAndKills(t *testing.T) {
 			time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
 			at := time.Now()
 			if pause {
-				h.signal(t, syscall.SIGSTOP)
+				if _, ok := d.(localDest); ok {
+					at = pauseOutsideLock(t, h, filepath.Join(filepath.Dir(spec), "data", "_sluice", "lock"))
+				} else {
+					h.signal(t, syscall.SIGSTOP)
+				}
 			} else {
 				h.signal(t, syscall.SIGKILL)
 				h.cmd.Wait()
@@ -232,6 +238,41 @@ func TestTwoRunsThroughPausesAndKills(t *testing.T) {
 			t.Errorf("CDC target: %d rows, want %d; first differences:\n%s", len(got), len(want), diffRows(got, want, 10))
 		}
 	})
+}
+
+// pauseOutsideLock stops p with SIGSTOP at a moment it does not hold the
+// local destination's lock (the flock on lockPath): a process paused within
+// the milliseconds a commit holds it holds up every writer until it resumes
+// (docs/local.md, "Limits"). It returns when the pause began.
+func pauseOutsideLock(t testing.TB, p *runProc, lockPath string) time.Time {
+	t.Helper()
+	f, err := os.Open(lockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	free := func() bool {
+		// Another, running process holds the lock for milliseconds at a time.
+		for range 20 {
+			if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				return true
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return false
+	}
+	for attempt := 0; attempt < 50; attempt++ {
+		at := time.Now()
+		p.signal(t, syscall.SIGSTOP)
+		if free() {
+			return at
+		}
+		p.signal(t, syscall.SIGCONT)
+		time.Sleep(time.Duration(20+attempt*7%50) * time.Millisecond)
+	}
+	t.Fatalf("%s held the destination lock at each of 50 pauses", p.name)
+	return time.Time{}
 }
 
 // rawCounts returns the rows of the append target raw and how many

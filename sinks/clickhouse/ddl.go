@@ -102,7 +102,12 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	target String, holder String, expires DateTime('UTC'), version UInt64
 ) ENGINE = ReplacingMergeTree(version) ORDER BY target`},
 	}
-	had, err := s.queryUint(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, headsTable)
+	var had uint64
+	err = retrySystem(ctx, func() error {
+		var err error
+		had, err = s.queryUint(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, headsTable)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("clickhouse: look for %s: %w", headsTable, err)
 	}

@@ -158,7 +158,7 @@ type baseReset struct {
 
 // compactLedgerAt is how many lines ledger.jsonl holds before a commit
 // compacts it.
-const compactLedgerAt = 4096
+const compactLedgerAt = 1024
 
 func openLedger(disk fsys.FS, lay layout) (*ledger, error) {
 	l := &ledger{disk: disk, lay: lay}
