@@ -236,7 +236,7 @@ func current(rows []string) []string {
 // of order, across partitions), into SCD type 1 and 2 targets: once with a
 // single `sluice update`, and once with `sluice run` killed by SIGKILL at
 // five random moments (three into ClickHouse) while it consumes (the events
-// produced in as many parts, one before each run; each kill from 0 to 2 s
+// produced in as many parts, one before each run; each kill from 0.4 to 2 s
 // after the run's assignment), then an update. Both targets must be equal, row for
 // row, and their current rows those of the events' latest changes.
 func TestCDCKilledRunsThenUpdateMatchOneUpdate(t *testing.T) {
@@ -261,13 +261,14 @@ func TestCDCKilledRunsThenUpdateMatchOneUpdate(t *testing.T) {
 				rounds := 5
 				if d.name() == "clickhouse" {
 					// A killed writer's lease on the target outlives it by up to
-					// its TTL (30 s, whatever --heartbeat-ttl says), which the
-					// next process waits out: fewer kills keep the test short.
+					// its TTL (3 s), which the next process waits out, and loads
+					// cost more: fewer kills keep the test short.
 					rounds = 3
 				}
 				for round := range rounds {
 					produceMsgs(t, b.Addr(), changesTopic, msgs[round*n/rounds:(round+1)*n/rounds])
-					after := time.Duration(rng.IntN(2000)) * time.Millisecond
+					// At least one batch's load (a few hundred ms into ClickHouse) before the kill.
+					after := time.Duration(400+rng.IntN(1600)) * time.Millisecond
 					loads := killConsumingRunAfter(t, killSpec, after)
 					committed += loads
 					t.Logf("round %d: killed %s after its assignment, having committed %d loads", round, after, loads)
