@@ -51,7 +51,7 @@ type claimLoop struct {
 	wait  *time.Timer // MaxWait of the current batch
 	waitC <-chan time.Time
 	held  bool  // past MaxWait, held back by a Busy handler (counted in runner.held*)
-	seen  int64 // next when the batch began or catchingUp last looked
+	seen  int64 // the batch's first offset, or next when catchingUp last looked
 
 	// Bounded mode.
 	bounded bool
@@ -252,7 +252,10 @@ func (l *claimLoop) add(m *sarama.ConsumerMessage) bool {
 	}
 	l.next = m.Offset + 1
 	if len(l.recs) == 1 {
-		l.seen = l.next
+		// The first record counts as come: a MaxWait shorter than one
+		// scheduling hiccup must not close a batch of a backlog at one
+		// record.
+		l.seen = m.Offset
 		l.armWait()
 	}
 	if len(l.recs) >= l.rows() || l.bytes >= l.r.cfg.MaxBytes {
