@@ -41,10 +41,9 @@ func (r *runner) onErrorFail(f *spec.Flow, dls []batch.DeadLetter) error {
 
 // appendHandler turns each batch into rows appended to the target.
 type appendHandler struct {
-	r      *runner
-	flow   *spec.Flow
-	target batch.Schema
-	pool   sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
+	r    *runner
+	flow *spec.Flow
+	pool sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
 }
 
 func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
@@ -52,7 +51,7 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	if target == nil {
 		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
-	h := &appendHandler{r: r, flow: f, target: target.Schema}
+	h := &appendHandler{r: r, flow: f}
 	if f.Source.Kafka != nil {
 		proto, err := decode.NewJSON(f.SourceSchema())
 		if err != nil {
@@ -86,7 +85,12 @@ func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*pr
 }
 
 func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter) (*prepared, error) {
-	rows := Project(out, h.target)
+	target := h.r.tableSchema(h.flow.Target)
+	if len(target.Columns) == 0 && out.Len() > 0 {
+		// Never projected away: a table is typed before its rows arrive.
+		return nil, fmt.Errorf("target %s has no columns yet for the %d rows read: declare its columns", h.flow.Target, out.Len())
+	}
+	rows := Project(out, target)
 	return &prepared{
 		rows:        int64(rows.Len()),
 		deadLetters: int64(len(dls)),

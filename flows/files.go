@@ -128,6 +128,11 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler) (d
 	if err != nil {
 		return false, err
 	}
+	if len(files) > 0 {
+		if err := r.ensureFromData(ctx, f); err != nil {
+			return false, err
+		}
+	}
 	if f.Once {
 		fp := Fingerprint(f)
 		st, _, err := checkpoint.GetOnce(ctx, r.checkpoints, r.p.Pipeline, f.Name)
@@ -354,9 +359,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 	}
 	rs.wanted = f.SourceSchema()
 	if len(rs.wanted.Columns) == 0 && f.Kind == spec.KindAppend {
-		if t := r.p.Table(f.Target); t != nil {
-			rs.wanted = t.Schema
-		}
+		rs.wanted = r.tableSchema(f.Target)
 	}
 	if len(rs.wanted.Columns) == 0 && len(files) > 0 && rs.format == backfill.FormatParquet {
 		var err error

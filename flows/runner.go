@@ -121,6 +121,9 @@ type runner struct {
 	log         *slog.Logger
 	id          string
 	checkpoints checkpoint.Store
+	// dataMu guards the schemas of tables typed by their data once their
+	// first files arrive (ensureFromData) against the flows reading them.
+	dataMu sync.RWMutex
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -159,6 +162,9 @@ func (r *runner) execute(ctx context.Context) error {
 		}
 	}
 
+	if err := r.resolveFromData(); err != nil {
+		return err
+	}
 	if err := r.resolveSnapshotSchemas(); err != nil {
 		return err
 	}
@@ -297,10 +303,15 @@ func sourceKind(f *spec.Flow) string {
 	return "unknown"
 }
 
-// Tables returns the destination tables the pipeline's spec resolves.
-func Tables(p *spec.Pipeline) []sinks.Table {
+// Tables returns the destination tables the pipeline's spec resolves, or
+// those named. A table whose columns its data tells and which has no data
+// yet is left out: it is created when its first files arrive.
+func Tables(p *spec.Pipeline, names ...string) []sinks.Table {
 	out := make([]sinks.Table, 0, len(p.Tables))
 	for _, t := range p.Tables {
+		if len(t.Schema.Columns) == 0 || len(names) > 0 && !slices.Contains(names, t.Name) {
+			continue
+		}
 		st := sinks.Table{Name: t.Name, Schema: t.Schema, OrderBy: t.OrderBy, PartitionBy: t.PartitionBy}
 		if t.CDC {
 			st.Kind, st.Keys = sinks.KindSCD1, t.Keys

@@ -11,57 +11,62 @@ import (
 // flows that share a table.
 func (c *checker) targets() {
 	for ti := range c.p.Tables {
-		t := &c.p.Tables[ti]
-		t.Schema, t.CDC, t.Keys, t.SCDType = batch.Schema{}, false, nil, 0
-		tpath := indexPath("tables", ti)
-		if !identifier.MatchString(t.Name) || strings.HasPrefix(t.Name, reservedPrefix) || c.p.Table(t.Name) != t {
-			continue // a bad name or a duplicate, reported already
-		}
-		var flows []int
-		written := false
-		for i := range c.p.Flows {
-			switch f := &c.p.Flows[i]; {
-			case f.Target != t.Name:
-			case f.Kind == KindAppend || f.Kind == KindAutoCDC || f.Kind == KindAutoCDCFromSnapshot:
-				flows = append(flows, i)
-				written = true
-			default:
-				written = true // by a flow of no valid kind, reported already
-			}
-		}
-		if len(flows) == 0 {
-			if written {
-				continue
-			}
-			if len(t.Columns) == 0 {
-				c.add(tpath+".columns", "no flow writes table %s and it declares no columns", t.Name)
-			} else {
-				t.Schema = columnsSchema(t.Columns)
-			}
-			c.tableKeys(ti, t)
-			continue
-		}
-		first := &c.p.Flows[flows[0]]
-		mixed := false
-		for _, i := range flows[1:] {
-			if f := &c.p.Flows[i]; f.IsCDC() != first.IsCDC() {
-				app, cdc := first, f
-				if f.Kind == KindAppend {
-					app, cdc = f, first
-				}
-				c.add(indexPath("flows", i)+".target", "append flow %s and %s flow %s may not write the same table %s", app.Name, cdc.Kind, cdc.Name, t.Name)
-				mixed = true
-			}
-		}
-		switch {
-		case mixed:
-		case first.IsCDC():
-			c.cdcTarget(ti, t, flows)
+		c.target(ti)
+	}
+}
+
+// target resolves table ti's schema.
+func (c *checker) target(ti int) {
+	t := &c.p.Tables[ti]
+	t.Schema, t.CDC, t.Keys, t.SCDType = batch.Schema{}, false, nil, 0
+	tpath := indexPath("tables", ti)
+	if !identifier.MatchString(t.Name) || strings.HasPrefix(t.Name, reservedPrefix) || c.p.Table(t.Name) != t {
+		return // a bad name or a duplicate, reported already
+	}
+	var flows []int
+	written := false
+	for i := range c.p.Flows {
+		switch f := &c.p.Flows[i]; {
+		case f.Target != t.Name:
+		case f.Kind == KindAppend || f.Kind == KindAutoCDC || f.Kind == KindAutoCDCFromSnapshot:
+			flows = append(flows, i)
+			written = true
 		default:
-			c.appendTarget(ti, t, flows)
+			written = true // by a flow of no valid kind, reported already
+		}
+	}
+	if len(flows) == 0 {
+		if written {
+			return
+		}
+		if len(t.Columns) == 0 {
+			c.add(tpath+".columns", "no flow writes table %s and it declares no columns", t.Name)
+		} else {
+			t.Schema = columnsSchema(t.Columns)
 		}
 		c.tableKeys(ti, t)
+		return
 	}
+	first := &c.p.Flows[flows[0]]
+	mixed := false
+	for _, i := range flows[1:] {
+		if f := &c.p.Flows[i]; f.IsCDC() != first.IsCDC() {
+			app, cdc := first, f
+			if f.Kind == KindAppend {
+				app, cdc = f, first
+			}
+			c.add(indexPath("flows", i)+".target", "append flow %s and %s flow %s may not write the same table %s", app.Name, cdc.Kind, cdc.Name, t.Name)
+			mixed = true
+		}
+	}
+	switch {
+	case mixed:
+	case first.IsCDC():
+		c.cdcTarget(ti, t, flows)
+	default:
+		c.appendTarget(ti, t, flows)
+	}
+	c.tableKeys(ti, t)
 }
 
 // tableKeys checks order_by and partition_by against the resolved schema.

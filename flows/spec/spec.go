@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -232,6 +233,9 @@ type Flow struct {
 	// fallback is the target's declared columns, which a source without
 	// declared columns decodes (see SourceSchema).
 	fallback batch.Schema
+	// data is the schema its files carry, for a flow whose columns only
+	// its data tells (see ResolveFromData).
+	data batch.Schema
 }
 
 // BatchLimits bound a batch; zero means the consumer's default.
@@ -418,12 +422,59 @@ func (p *Pipeline) Path(rel string) string {
 // SourceSchema returns the columns the flow's source decodes: its declared
 // columns, or, when it declares none and its records need a schema (kafka and
 // jsonl sources), the target table's declared columns (without __START_AT and
-// __END_AT). It is empty for a Parquet source without declared columns.
+// __END_AT). For a Parquet source without declared columns it is the schema
+// its files carry once ResolveFromData read it, else empty.
 func (f *Flow) SourceSchema() batch.Schema {
 	if cols := f.Source.Columns(); len(cols) > 0 {
 		return columnsSchema(cols)
 	}
-	return f.fallback
+	if len(f.fallback.Columns) > 0 {
+		return f.fallback
+	}
+	return f.data
+}
+
+// DataTold reports whether only the flow's data tells its columns: a
+// Parquet source that declares none, into a target that declares none.
+func (f *Flow) DataTold(p *Pipeline) bool {
+	if len(f.Source.Columns()) > 0 || needsColumns(&f.Source) {
+		return false
+	}
+	t := p.Table(f.Target)
+	return t != nil && len(t.Columns) == 0
+}
+
+// ResolveFromData types the flows whose columns only their data tells with
+// schema(f) (what their files carry now; empty when they have none yet) and
+// resolves their tables' schemas again, as if those flows had declared the
+// columns: every such table, or only those named. A table none of whose
+// flows has data yet keeps an empty schema. Disagreements between flows are
+// Problems, as Validate reports them. Tables not resolved again are left
+// untouched, so that flows of other tables may read them meanwhile.
+func (p *Pipeline) ResolveFromData(schema func(f *Flow) (batch.Schema, error), tables ...string) error {
+	redo := map[string]bool{}
+	for i := range p.Flows {
+		f := &p.Flows[i]
+		if !f.DataTold(p) || len(tables) > 0 && !slices.Contains(tables, f.Target) {
+			continue
+		}
+		s, err := schema(f)
+		if err != nil {
+			return fmt.Errorf("flow %s: %w", f.Name, err)
+		}
+		f.data, redo[f.Target] = s, true
+	}
+	c := &checker{p: p}
+	for ti := range p.Tables {
+		if redo[p.Tables[ti].Name] {
+			c.target(ti)
+		}
+	}
+	if len(c.probs) > 0 {
+		c.probs.sort()
+		return c.probs
+	}
+	return nil
 }
 
 // IsCDC reports whether the flow is an auto_cdc or auto_cdc_from_snapshot flow.

@@ -63,6 +63,9 @@ func (h flowHeads) latest() int64 {
 // (of every slot with a hint when slots is nil) advanced by the ledger's
 // rows committed after them.
 func (s *Sink) Heads(ctx context.Context, pipeline, flow string, slots []string) (sinks.Heads, error) {
+	if slots != nil && len(slots) == 0 {
+		return sinks.Heads{}, nil // no slot asked about: no IN ()
+	}
 	if err := s.ensureSystem(ctx); err != nil {
 		return nil, err
 	}

@@ -577,6 +577,10 @@ func testHeadsAndTotals(t *testing.T, h *harness) {
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("%s: Heads of %s = %v, want %v", what, flow, got, want)
 			}
+			// A flow with no slot to ask about (a files flow with no file).
+			if none, err := s.Heads(ctx, Pipeline, flow, []string{}); err != nil || len(none) != 0 {
+				t.Errorf("%s: Heads of %s of no slot = %v, %v; want none", what, flow, none, err)
+			}
 			for slot, p := range want {
 				one, err := s.Heads(ctx, Pipeline, flow, []string{slot, "k/absent/0"})
 				if err != nil {

@@ -1,0 +1,129 @@
+package flows
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicehq/sluice/backfill"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+)
+
+// Tables whose columns come from the data (docs/schema.md): a Parquet
+// source that declares no columns, into a target that declares none, is
+// typed by the schemas its files carry, their union over the files, and
+// the target's schema is resolved from it as from declared columns.
+
+// resolveFromData types the pipeline's data-told flows from the files they
+// would read now.
+func (r *runner) resolveFromData() error {
+	return r.p.ResolveFromData(r.dataSchema)
+}
+
+// dataSchema is the union of the schemas of the files a data-told flow
+// reads now, with the Hive columns of a files source; empty when it has no
+// file yet.
+func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
+	var files []backfill.File
+	hive := false
+	switch {
+	case f.Source.Files != nil:
+		var err error
+		if files, err = backfill.Plan(r.p.Dir, f.Source.Files.Path); err != nil {
+			return batch.Schema{}, err
+		}
+		hive = true
+	case f.Source.Snapshots != nil:
+		versions, err := backfill.PlanSnapshots(r.p.Dir, f.Source.Snapshots.Path, nil)
+		if err != nil {
+			return batch.Schema{}, err
+		}
+		for _, v := range versions {
+			if v.Ready {
+				files = append(files, v.Files...)
+			}
+		}
+	}
+	s, err := unionFileSchemas(files)
+	if err != nil || !hive || len(s.Columns) == 0 {
+		return s, err
+	}
+	h, err := backfill.HiveTypes(files, s)
+	if err != nil {
+		return batch.Schema{}, err
+	}
+	for _, c := range h.Columns {
+		if s.Index(c.Name) < 0 {
+			s.Columns = append(s.Columns, c)
+		}
+	}
+	return s, nil
+}
+
+// unionFileSchemas merges the Parquet schemas of files in order of first
+// appearance: a column some file lacks is nullable, as is one nullable in
+// any file; a column whose type differs between two files is an error
+// naming both.
+func unionFileSchemas(files []backfill.File) (batch.Schema, error) {
+	var out batch.Schema
+	from := map[string]string{} // column → the file that first had it
+	for i, fl := range files {
+		s, err := backfill.ParquetSchema(fl.Path)
+		if err != nil {
+			return batch.Schema{}, err
+		}
+		for _, c := range s.Columns {
+			k := out.Index(c.Name)
+			switch {
+			case k < 0:
+				c.Nullable = c.Nullable || i > 0
+				out.Columns = append(out.Columns, c)
+				from[c.Name] = fl.Name
+			case out.Columns[k].Type != c.Type:
+				return batch.Schema{}, fmt.Errorf("column %s is %s in %s but %s in %s: declare the source's columns, or make the files agree",
+					c.Name, c.Type, fl.Name, out.Columns[k].Type, from[c.Name])
+			default:
+				out.Columns[k].Nullable = out.Columns[k].Nullable || c.Nullable
+			}
+		}
+		for k := range out.Columns {
+			if s.Index(out.Columns[k].Name) < 0 {
+				out.Columns[k].Nullable = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// tableSchema returns a target's resolved schema.
+func (r *runner) tableSchema(name string) batch.Schema {
+	r.dataMu.RLock()
+	defer r.dataMu.RUnlock()
+	if t := r.p.Table(name); t != nil {
+		return t.Schema
+	}
+	return batch.Schema{}
+}
+
+// ensureFromData types and creates the target of a data-told files flow
+// that had no files when the run started, once its first files arrived.
+func (r *runner) ensureFromData(ctx context.Context, f *spec.Flow) error {
+	if !f.DataTold(r.p) || len(r.tableSchema(f.Target).Columns) > 0 {
+		return nil
+	}
+	r.dataMu.Lock()
+	defer r.dataMu.Unlock()
+	if len(r.p.Table(f.Target).Schema.Columns) > 0 {
+		return nil
+	}
+	if err := r.p.ResolveFromData(r.dataSchema, f.Target); err != nil {
+		return err
+	}
+	if len(r.p.Table(f.Target).Schema.Columns) == 0 {
+		return nil // no file yet
+	}
+	r.log.Info("table typed by its first files", "table", f.Target, "flow", f.Name)
+	return r.retry(ctx, "ensure table "+f.Target, func(ctx context.Context) error {
+		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
+	})
+}

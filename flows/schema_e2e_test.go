@@ -1,0 +1,143 @@
+package flows_test
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/destination"
+)
+
+// Tables whose columns come from the data: Parquet files carry their own
+// schema, and a target that declares none takes it (docs/schema.md).
+
+type wideRow struct {
+	ID    int64   `parquet:"id"`
+	Name  string  `parquet:"name"`
+	Score *int64  `parquet:"score,optional"`
+	Note  *string `parquet:"note,optional"`
+}
+
+type historyRow struct {
+	ID   int64  `parquet:"id"`
+	Name string `parquet:"name"`
+	Seq  int64  `parquet:"seq"`
+}
+
+func TestParquetWithoutColumns(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		t.Run("once-flow", func(t *testing.T) {
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: raw
+flows:
+  - name: bf
+    target: raw
+    kind: append
+    once: true
+    source: {files: {path: "history/*.parquet"}}
+`)
+			writeParquet(t, filepath.Join(s.dir, "history", "r1.parquet"), []rawRow{{1, "r1a"}, {2, "r1b"}})
+			writeParquet(t, filepath.Join(s.dir, "history", "r2.parquet"), []rawRow{{3, "r2a"}})
+			s.update()
+			want := []string{"1,r1a", "2,r1b", "3,r2a"}
+			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+			if st := s.status("bf"); st.Once != "complete" || st.FilesDone != 2 || st.Rows != 3 {
+				t.Fatalf("status of bf: %+v, want complete with 2 files and 3 rows", st)
+			}
+		})
+		t.Run("union-over-files-and-hive", func(t *testing.T) {
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: raw
+flows:
+  - name: bf
+    target: raw
+    kind: append
+    source: {files: {path: "history/year=*/*.parquet"}}
+`)
+			writeParquet(t, filepath.Join(s.dir, "history", "year=2023", "a.parquet"), []rawRow{{1, "a"}})
+			score := int64(7)
+			writeParquet(t, filepath.Join(s.dir, "history", "year=2024", "b.parquet"), []wideRow{{ID: 2, Name: "b", Score: &score}})
+			s.update()
+			want := []string{"1,a,∞,∞,2023", "2,b,7,∞,2024"}
+			if got := s.rows("raw", "_sluice_load_id"); !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+		})
+		t.Run("created-when-first-files-arrive", func(t *testing.T) {
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: raw
+flows:
+  - name: bf
+    target: raw
+    kind: append
+    source: {files: {path: "in/*.parquet"}}
+`)
+			s.update()
+			if err := s.tryScan("raw"); !errors.Is(err, sinks.ErrUnknownTable) {
+				t.Fatalf("scan before any file: %v, want ErrUnknownTable", err)
+			}
+			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []rawRow{{1, "a"}})
+			s.update()
+			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,a"}; !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+		})
+		t.Run("snapshots", func(t *testing.T) {
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: t
+flows:
+  - name: s
+    target: t
+    kind: auto_cdc_from_snapshot
+    source: {snapshots: {path: "snaps/{version}/*.parquet"}}
+    keys: [id]
+    stored_as_scd_type: 2
+`)
+			snapshotAt(t, s.dir, "1", []rawRow{{1, "a"}, {2, "b"}})
+			snapshotAt(t, s.dir, "2", []rawRow{{1, "a"}, {2, "c"}})
+			s.update()
+			want := []string{"1,a,1,∞", "2,b,1,2", "2,c,2,∞"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+		})
+		t.Run("scd2-migration", func(t *testing.T) {
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: t
+flows:
+  - name: h
+    target: t
+    kind: auto_cdc
+    once: true
+    source: {files: {path: "history/*.parquet"}}
+    keys: [id]
+    sequence_by: seq
+    stored_as_scd_type: 2
+`)
+			writeParquet(t, filepath.Join(s.dir, "history", "a.parquet"), []historyRow{{1, "a", 1}, {2, "b", 1}, {1, "a2", 5}})
+			s.update()
+			want := []string{"1,a,1,1,5", "1,a2,5,5,∞", "2,b,1,1,∞"}
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+		})
+	})
+}
+
+// tryScan scans a table and returns the error.
+func (s *stepper) tryScan(table string) error {
+	s.t.Helper()
+	ctx := s.t.Context()
+	sink, err := destination.Open(ctx, s.p, nil)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	_, err = sink.Scan(ctx, table)
+	return err
+}
