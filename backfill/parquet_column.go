@@ -9,6 +9,8 @@ import (
 	"math"
 	"math/big"
 	"math/bits"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding"
@@ -51,8 +53,12 @@ type valueSet struct {
 	strs   []string
 	bytes  [][]byte
 	decs   []batch.Dec128
-	bad    map[int]string // value index -> why it does not fit the column
+	bad    map[int]badValue // value index -> why it does not fit the column
 }
+
+// badValue is why a value does not fit its column: a batch.Reason* code and
+// a sentence.
+type badValue struct{ reason, msg string }
 
 func newPQCol(c batch.Column, pc *parquet.Column, t pqType) *pqCol {
 	col := &pqCol{name: c.Name, want: c, leaf: pc.Index(), t: t, kind: pc.Type().Kind(), maxDef: byte(pc.MaxDefinitionLevel())}
@@ -181,8 +187,8 @@ func (c *pqCol) read(v *batch.Vector, k int, bad *[]badRow) error {
 				if c.def != nil && c.def[c.row+r] != c.maxDef {
 					continue
 				}
-				if msg, ok := c.vals.bad[vi]; ok {
-					*bad = append(*bad, badRow{row: base + r, field: c.name, reason: batch.ReasonTypeMismatch, msg: msg})
+				if b, ok := c.vals.bad[vi]; ok {
+					*bad = append(*bad, badRow{row: base + r, field: c.name, reason: b.reason, msg: b.msg})
 				}
 				vi++
 			}
@@ -270,11 +276,11 @@ func (c *pqCol) gather(idx []int32, n int) error {
 	}
 	if d.bad != nil {
 		for i, x := range idx {
-			if msg, ok := d.bad[int(x)]; ok {
+			if b, ok := d.bad[int(x)]; ok {
 				if out.bad == nil {
-					out.bad = map[int]string{}
+					out.bad = map[int]badValue{}
 				}
-				out.bad[i] = msg
+				out.bad[i] = b
 			}
 		}
 	}
@@ -475,10 +481,14 @@ func (c *pqCol) convertBytes(data encoding.Values, n int, out *valueSet) error {
 		s := string(all)
 		out.strs = resize(out.strs, n)
 		off := 0
+		valid := utf8.ValidString(s) // one pass over the page; each value only when it fails
 		for i := range n {
 			l := len(at(i))
 			out.strs[i] = s[off : off+l]
 			off += l
+			if !valid && !utf8.ValidString(out.strs[i]) {
+				c.markBadAs(out, i, batch.ReasonInvalidUTF8, strconv.QuoteToASCII(clipText(out.strs[i]))+" is not valid UTF-8 (declare the column bytes to keep any bytes)")
+			}
 		}
 	default:
 		buf := append([]byte(nil), all...)
@@ -505,10 +515,14 @@ func (c *pqCol) putDecimal(out *valueSet, i int, d batch.Dec128) {
 }
 
 func (c *pqCol) markBad(out *valueSet, i int, msg string) {
+	c.markBadAs(out, i, batch.ReasonTypeMismatch, msg)
+}
+
+func (c *pqCol) markBadAs(out *valueSet, i int, reason, msg string) {
 	if out.bad == nil {
-		out.bad = map[int]string{}
+		out.bad = map[int]badValue{}
 	}
-	out.bad[i] = msg
+	out.bad[i] = badValue{reason, msg}
 }
 
 func mulCheck(x, m int64) (int64, bool) {
@@ -631,4 +645,13 @@ func formatUUID(b []byte) string {
 	s[23] = '-'
 	hex.Encode(s[24:], b[10:16])
 	return string(s[:])
+}
+
+// clipText shortens a value for a message.
+func clipText(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -314,11 +315,16 @@ func TestParquetConversionsAndMissingColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []string
+	invalid := 0
 	for _, r := range rows {
 		d32 := r[idx["d32"]].(batch.Decimal128Value)
 		i64 := r[idx["i64"]].(int64)
 		day := r[idx["day"]].(batch.DateValue)
 		raw := r[idx["raw"]].([]byte)
+		if !utf8.Valid(raw) {
+			invalid++ // a dead letter, not a string
+			continue
+		}
 		sv := "NULL"
 		if x, ok := r[idx["s"]].(string); ok {
 			sv = fmt.Sprintf("0x%x", []byte(x))
@@ -335,6 +341,18 @@ func TestParquetConversionsAndMissingColumns(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, rowsText(chunks)); diff != "" {
 		t.Errorf("rows (-want +got):\n%s", diff)
+	}
+	var dls []string
+	for _, c := range chunks {
+		for _, d := range c.DeadLetters {
+			if d.Reason != batch.ReasonInvalidUTF8 || !strings.Contains(d.Error, "raw") || !strings.Contains(d.Error, "is not valid UTF-8") {
+				t.Errorf("dead letter %+v, want raw as %s", d, batch.ReasonInvalidUTF8)
+			}
+			dls = append(dls, d.Position)
+		}
+	}
+	if invalid == 0 || len(dls) != invalid {
+		t.Errorf("dead letters at %v, want %d (the rows whose raw bytes are not UTF-8)", dls, invalid)
 	}
 }
 

@@ -2,9 +2,13 @@ package flows_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/flows/batch"
 
 	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/destination"
@@ -140,4 +144,62 @@ func (s *stepper) tryScan(table string) error {
 	defer sink.Close()
 	_, err = sink.Scan(ctx, table)
 	return err
+}
+
+// TestInvalidUTF8IsADeadLetter checks that a string that is not UTF-8, in a
+// Kafka message or a Parquet file, goes to the dead letters with reason
+// invalid_utf8 instead of being stored as is, and that a bytes column keeps
+// the same bytes.
+func TestInvalidUTF8IsADeadLetter(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "utf8_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: raw
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: string}
+  - name: blobs
+    columns:
+      - {name: id, type: int64}
+      - {name: name, type: bytes}
+flows:
+  - name: live
+    target: raw
+    kind: append
+    source: {kafka: {topic: `+topic+`, format: json}}
+  - name: bf
+    target: raw
+    kind: append
+    source: {files: {path: "in/*.parquet"}}
+  - name: keep
+    target: blobs
+    kind: append
+    source: {files: {path: "blobs/*.jsonl"}}
+`)
+		s.produce(topic, `{"id":1,"name":"cafe"}`, "{\"id\":2,\"name\":\"caf\xe9\"}", `{"id":3,"name":"café"}`)
+		writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []rawRow{{10, "ok"}, {11, "caf\xe9"}})
+		if err := os.MkdirAll(filepath.Join(s.dir, "blobs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "blobs", "b.jsonl"), []byte(`{"id":1,"name":"Y2Fm6Q=="}`+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s.update()
+		if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,cafe", "3,café", "10,ok"}; !slices.Equal(got, want) {
+			t.Fatalf("rows %q, want %q", got, want)
+		}
+		if got, want := s.rows("blobs", "_sluice_load_id"), []string{"1,[99 97 102 233]"}; !slices.Equal(got, want) {
+			t.Fatalf("blobs %q, want %q", got, want)
+		}
+		var bad []string
+		for _, d := range s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target") {
+			if strings.Contains(d, batch.ReasonInvalidUTF8) {
+				bad = append(bad, d)
+			}
+		}
+		if len(bad) != 2 || !strings.Contains(bad[0]+bad[1], `caf\xe9`) {
+			t.Fatalf("dead letters %q, want the two invalid names as %s", bad, batch.ReasonInvalidUTF8)
+		}
+	})
 }

@@ -66,6 +66,7 @@ const (
 	ReasonNullKey      = "null_key"
 	ReasonNullSequence = "null_sequence"
 	ReasonBadCursor    = "bad_cursor"
+	ReasonInvalidUTF8  = "invalid_utf8"
 )
 
 // Names of sluice's own tables and metadata columns.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -276,6 +277,9 @@ func (d *JSON) meta(c *column, rec *batch.Record, vec *batch.Vector) *Error {
 			return d.null(c, vec, "the record has a null key")
 		}
 		if c.typ.Kind == batch.KindString {
+			if !utf8.Valid(rec.Key) {
+				return invalidUTF8(c.name, rec.Key)
+			}
 			vec.AppendString(d.arena.string(rec.Key))
 		} else {
 			vec.AppendBytes(d.arena.bytes(rec.Key))
@@ -308,6 +312,9 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 			return d.mismatch(c, val, "is not a string")
 		}
 		b, _ := val.StringBytes()
+		if !utf8.Valid(b) {
+			return invalidUTF8(c.name, b)
+		}
 		vec.AppendString(d.arena.string(b))
 	case batch.KindBool:
 		switch t {
@@ -405,6 +412,13 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 		vec.AppendBytes(x)
 	}
 	return nil
+}
+
+// invalidUTF8 refuses a string value that is not UTF-8: stored as is, it
+// would make the file or table unreadable to others (a bytes column keeps
+// any bytes).
+func invalidUTF8(field string, b []byte) *Error {
+	return &Error{Reason: batch.ReasonInvalidUTF8, Field: field, Msg: fmt.Sprintf("%s is not valid UTF-8 (declare the column bytes to keep any bytes)", clip(strconv.QuoteToASCII(string(b))))}
 }
 
 // number returns the text of a JSON number value, a type mismatch (what

@@ -52,6 +52,8 @@ func TestDecodeField(t *testing.T) {
 		{name: "string", typ: batch.String, msg: `{"f":"abc"}`, want: "abc"},
 		{name: "string escapes", typ: batch.String, msg: `{"f":"a\"b\u00e9\n"}`, want: "a\"bé\n"},
 		{name: "string empty", typ: batch.String, msg: `{"f":""}`, want: ""},
+		{name: "string invalid utf-8", typ: batch.String, msg: "{\"f\":\"caf\xe9\"}", reason: batch.ReasonInvalidUTF8, errText: `field "f": "caf\xe9" is not valid UTF-8`},
+		{name: "bytes keep any bytes", typ: batch.Bytes, msg: `{"f":"6Q=="}`, want: "0xe9"},
 		{name: "string from number", typ: batch.String, msg: `{"f":12}`, reason: batch.ReasonTypeMismatch, errText: `field "f": 12 is not a string`},
 		{name: "string from bool", typ: batch.String, msg: `{"f":true}`, reason: batch.ReasonTypeMismatch, errText: `field "f": true is not a string`},
 		{name: "string from object", typ: batch.String, msg: `{"f":{"a":1}}`, reason: batch.ReasonTypeMismatch, errText: `field "f": a JSON object is not a string`},
