@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/cdc"
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/naming"
 )
 
 var (
@@ -343,6 +344,8 @@ func (c *checker) columns(path string, cols []Column) {
 			c.add(cp+".name", "%q starts with %s, which is reserved for sluice's metadata columns", col.Name, reservedPrefix)
 		case seen[col.Name]:
 			c.add(cp+".name", "column %q is declared twice", col.Name)
+		case c.p.Destination.ClickHouse != nil && !naming.Identifier(col.Name):
+			c.add(cp+".name", "ClickHouse cannot hold the column name %q: use letters, digits and underscores, not starting with a digit, for example %s", col.Name, naming.SnakeCase(col.Name))
 		}
 		seen[col.Name] = true
 		if col.Type.Kind == batch.KindInvalid && !c.bad[cp+".type"] {

@@ -286,6 +286,15 @@ kafka:
   sasl: {mechanism: GSSAPI} #! kafka.sasl.mechanism: unknown SASL mechanism #! kafka.sasl.user: required #! kafka.sasl.password: required
 destination: {local: {path: d}}
 `},
+		{"column name clickhouse cannot hold", `pipeline: shop
+kafka: {brokers: ["127.0.0.1:9092"]}
+destination: {clickhouse: {addr: [a:9000]}}
+tables:
+  - name: t
+    columns:
+      - {name: User Name, type: string} #! tables[0].columns[0].name: ClickHouse cannot hold the column name "User Name": use letters, digits and underscores, not starting with a digit, for example user_name
+      - {name: 2nd, type: string} #! tables[0].columns[1].name: for example _2nd
+`},
 		{"destination missing", "pipeline: shop #! destination: set one of local or clickhouse\n"},
 		{"destination both", `pipeline: shop
 destination:
