@@ -50,7 +50,7 @@ func openJSONL(f File, schema batch.Schema, consts []*Value, opts ReadOptions) (
 			ds.Columns = append(ds.Columns, c)
 		}
 	}
-	dec, err := decode.NewJSON(ds)
+	dec, err := decode.NewJSON(ds, opts.Units)
 	if err != nil {
 		return nil, fmt.Errorf("backfill: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/decode"
 )
 
 // File formats.
@@ -58,6 +59,9 @@ type ReadOptions struct {
 	// column named here is filled from the file's Hive segment, not from the
 	// file's content.
 	Hive batch.Schema
+	// Units names the unit of JSONL timestamp columns that hold integers
+	// (decode.Units); Parquet files type their own.
+	Units decode.Units
 }
 
 func (o *ReadOptions) defaults() {

@@ -53,7 +53,7 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	}
 	h := &appendHandler{r: r, flow: f}
 	if f.Source.Kafka != nil {
-		proto, err := decode.NewJSON(f.SourceSchema())
+		proto, err := decode.NewJSON(f.SourceSchema(), f.SourceUnits(r.p))
 		if err != nil {
 			return nil, err
 		}

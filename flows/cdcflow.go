@@ -178,7 +178,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		return h, nil // a file source: the backfill readers decode
 	}
 	if f.Source.Kafka.Format == spec.FormatDebezium {
-		proto, err := decode.NewDebezium(cfg.Source, f.Keys, f.StoredAsSCDType == 2)
+		proto, err := decode.NewDebezium(cfg.Source, f.Keys, f.StoredAsSCDType == 2, f.SourceUnits(r.p))
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +186,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		h.pool.New = func() any { return proto.Clone() }
 		return h, nil
 	}
-	proto, err := decode.NewJSON(cfg.Source)
+	proto, err := decode.NewJSON(cfg.Source, f.SourceUnits(r.p))
 	if err != nil {
 		return nil, err
 	}

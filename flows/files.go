@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/decode"
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
 )
@@ -174,6 +175,9 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler) (d
 
 	rs, err := r.filesSchema(f, files, len(todo) > 0)
 	if err != nil {
+		return false, err
+	}
+	if err := r.checkDataColumns(f, todo, rs.wanted); err != nil {
 		return false, err
 	}
 	if f.ReplayValidTo != "" && len(todo) > 0 {
@@ -346,6 +350,7 @@ type readSchema struct {
 	wanted batch.Schema // the columns read
 	hive   batch.Schema // the Hive columns of the files, typed
 	inRead batch.Schema // those of them read
+	units  decode.Units // of its JSONL timestamp columns
 }
 
 // filesSchema works out the columns a files flow reads: the source's
@@ -353,7 +358,7 @@ type readSchema struct {
 // the first Parquet file's. reading says whether any file is to be read.
 func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) (readSchema, error) {
 	src := f.Source.Files
-	rs := readSchema{format: src.Format}
+	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p)}
 	if rs.format == "" {
 		rs.format = backfill.FormatOf(src.Path)
 	}
@@ -384,7 +389,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 
 // open opens a file to read from row start.
 func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
-	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead})
+	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units})
 }
 
 // showProgress shows a flow's file progress (Options.Progress) until stop.

@@ -127,3 +127,24 @@ func (r *runner) ensureFromData(ctx context.Context, f *spec.Flow) error {
 		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
 	})
 }
+
+// checkDataColumns refuses, in a data-told flow, files that arrived since
+// the start with a column its table was not typed with: read with the
+// table's columns, their values of it would be lost. A restart types the
+// table again and adds the column (docs/schema.md).
+func (r *runner) checkDataColumns(f *spec.Flow, todo []backfill.File, wanted batch.Schema) error {
+	if !f.DataTold(r.p) || len(todo) == 0 {
+		return nil
+	}
+	s, err := unionFileSchemas(todo)
+	if err != nil {
+		return err
+	}
+	for _, c := range s.Columns {
+		if wanted.Index(c.Name) < 0 {
+			return fmt.Errorf("a file arrived since the start with column %s (%s), which table %s was not typed with: restart sluice to add it; nothing of the file was read",
+				c.Name, c.Type, f.Target)
+		}
+	}
+	return nil
+}

@@ -90,6 +90,13 @@ flows:
 			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,a"}; !slices.Equal(got, want) {
 				t.Fatalf("rows %q, want %q", got, want)
 			}
+			// A later file with a new column: the next start adds it.
+			score := int64(9)
+			writeParquet(t, filepath.Join(s.dir, "in", "b.parquet"), []wideRow{{ID: 2, Name: "b", Score: &score}})
+			s.update()
+			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,a,∞,∞", "2,b,9,∞"}; !slices.Equal(got, want) {
+				t.Fatalf("rows after a new column %q, want %q", got, want)
+			}
 		})
 		t.Run("snapshots", func(t *testing.T) {
 			s := newStepper(t, broker.Addr(), dest(t), `tables:
@@ -200,6 +207,42 @@ flows:
 		}
 		if len(bad) != 2 || !strings.Contains(bad[0]+bad[1], `caf\xe9`) {
 			t.Fatalf("dead letters %q, want the two invalid names as %s", bad, batch.ReasonInvalidUTF8)
+		}
+	})
+}
+
+// TestTimestampUnit checks that epoch seconds declared unit: s are read as
+// seconds, in a Kafka message and in a JSON lines file.
+func TestTimestampUnit(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "unit_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: ev
+    columns:
+      - {name: id, type: int64}
+      - {name: at, type: timestamp, unit: s}
+flows:
+  - name: live
+    target: ev
+    kind: append
+    source: {kafka: {topic: `+topic+`, format: json}}
+  - name: bf
+    target: ev
+    kind: append
+    source: {files: {path: "in/*.jsonl"}}
+`)
+		s.produce(topic, `{"id":1,"at":1700000000}`, `{"id":2,"at":"2024-01-02T03:04:05Z"}`)
+		if err := os.MkdirAll(filepath.Join(s.dir, "in"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "in", "a.jsonl"), []byte(`{"id":3,"at":86400}`+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s.update()
+		want := []string{"1,2023-11-14T22:13:20Z", "2,2024-01-02T03:04:05Z", "3,1970-01-02T00:00:00Z"}
+		if got := s.rows("ev", "_sluice_load_id"); !slices.Equal(got, want) {
+			t.Fatalf("rows %q, want %q", got, want)
 		}
 	})
 }

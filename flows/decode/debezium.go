@@ -183,8 +183,8 @@ type Debezium struct {
 // type 2. s may include _op (string), _ts_ms (int64 or timestamp),
 // _source_<field> columns of any type, and the metadata fields NewJSON
 // takes; every other column is a column of the captured table.
-func NewDebezium(s batch.Schema, keys []string, scd2 bool) (*Debezium, error) {
-	js, err := NewJSON(s)
+func NewDebezium(s batch.Schema, keys []string, scd2 bool, units ...Units) (*Debezium, error) {
+	js, err := NewJSON(s, units...)
 	if err != nil {
 		return nil, err
 	}

@@ -296,8 +296,9 @@ func TestDebeziumValues(t *testing.T) {
 		{name: "Timestamp", schema: []string{updatedMillis}, field: "updated_at", after: `"updated_at":1700000000123`, want: "2023-11-14T22:13:20.123Z"},
 		{name: "connect Timestamp", schema: []string{updatedConnect}, field: "updated_at", after: `"updated_at":-1`, want: "1969-12-31T23:59:59.999Z"},
 		{name: "MicroTimestamp", schema: []string{updatedMicros}, field: "updated_at", after: `"updated_at":1700000000123456`, want: "2023-11-14T22:13:20.123456Z"},
-		{name: "NanoTimestamp", schema: []string{updatedNanos}, field: "updated_at", after: `"updated_at":1700000000123456789`, want: "2023-11-14T22:13:20.123456Z"},
-		{name: "NanoTimestamp before the epoch floors", schema: []string{updatedNanos}, field: "updated_at", after: `"updated_at":-1`, want: "1969-12-31T23:59:59.999999Z"},
+		{name: "NanoTimestamp", schema: []string{updatedNanos}, field: "updated_at", after: `"updated_at":1700000000123456000`, want: "2023-11-14T22:13:20.123456Z"},
+		{name: "NanoTimestamp before the epoch", schema: []string{updatedNanos}, field: "updated_at", after: `"updated_at":-1000`, want: "1969-12-31T23:59:59.999999Z"},
+		{name: "NanoTimestamp with nanoseconds", schema: []string{updatedNanos}, field: "updated_at", after: `"updated_at":1700000000123456789`, reason: batch.ReasonTypeMismatch, errText: "has a fraction of a microsecond"},
 		{name: "ZonedTimestamp", schema: []string{updatedZoned}, field: "updated_at", after: `"updated_at":"2023-11-14T23:13:20.5+01:00"`, want: "2023-11-14T22:13:20.5Z"},
 		{name: "Date into a timestamp", schema: []string{updatedDate}, field: "updated_at", after: `"updated_at":19675`, want: "2023-11-14T00:00:00Z"},
 		{name: "MicroTime into a timestamp", schema: []string{updatedTime}, field: "updated_at", after: `"updated_at":3600000000`, reason: batch.ReasonTypeMismatch, errText: "is a time of day, not a timestamp"},
@@ -601,5 +602,27 @@ func TestDebeziumDeleteZeroValues(t *testing.T) {
 	}
 	if out.Column("y").Bytes[0] == nil {
 		t.Error("a non-null bytes value is nil")
+	}
+}
+
+// TestDebeziumSchemalessUnit checks that without a schema part (no logical
+// name) an integer timestamp is read in the column's declared unit: a
+// schemaless MicroTimestamp with unit us is 2023, not year 50438; a
+// logical name in the schema part still decides.
+func TestDebeziumSchemalessUnit(t *testing.T) {
+	d, err := NewDebezium(dbzSchema(), []string{"id"}, false, Units{"updated_at": "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := dbzSchema().Index("updated_at")
+	msg := envelope("c", "null", `{"id":1,"email":"a@x","updated_at":1700000000123456}`)
+	r := decodeOne(t, d, &msg, nil)
+	if len(r.rows) != 1 || strings.Split(r.rows[0], ",")[col] != "2023-11-14T22:13:20.123456Z" {
+		t.Fatalf("schemaless with unit us: rows %q, dead letters %+v", r.rows, r.dls)
+	}
+	msg = wrap(connectSchema(updatedMillis), envelope("c", "null", `{"id":1,"email":"a@x","updated_at":1700000000123}`))
+	r = decodeOne(t, d, &msg, nil)
+	if len(r.rows) != 1 || strings.Split(r.rows[0], ",")[col] != "2023-11-14T22:13:20.123Z" {
+		t.Fatalf("Timestamp in the schema part: rows %q, dead letters %+v", r.rows, r.dls)
 	}
 }

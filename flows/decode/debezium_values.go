@@ -162,11 +162,12 @@ func (d *Debezium) timestamp(c *column, val *fastjson.Value, fi *fieldInfo, vec 
 		return e
 	}
 	var us int64
+	var why string
 	switch fi.unit {
 	case unitMicros:
 		us = x
 	case unitNanos:
-		us = floorDiv(x, 1000)
+		us, why = micros(x, 1_000_000_000)
 	case unitDays:
 		if x > maxDays || x < -maxDays {
 			return d.js.mismatch(c, val, "is out of range for a timestamp")
@@ -174,11 +175,13 @@ func (d *Debezium) timestamp(c *column, val *fastjson.Value, fi *fieldInfo, vec 
 		us = x * usPerDay
 	case unitTimeOfDay:
 		return d.js.mismatch(c, val, "is a time of day, not a timestamp")
-	default:
-		if x > maxMillis || x < -maxMillis {
-			return d.js.mismatch(c, val, "is out of range for a timestamp")
-		}
-		us = x * 1000
+	case unitMillis:
+		us, why = micros(x, 1000)
+	default: // no logical name (a schemaless envelope): the column's unit
+		us, why = micros(x, c.unit)
+	}
+	if why != "" {
+		return d.js.mismatch(c, val, why)
 	}
 	vec.AppendInt(us)
 	return nil

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -50,6 +51,46 @@ type column struct {
 	typ      batch.Type
 	nullable bool
 	origin   origin
+	unit     int64 // a timestamp column: how many of its integers make a second (1, 1000, 1e6, 1e9)
+}
+
+// Units names, per timestamp column, the unit its integers count since the
+// epoch: s, ms (the default), us or ns (docs/spec.md, Columns).
+type Units map[string]string
+
+// perSecond returns how many of a unit make a second; false for an unknown unit.
+func perSecond(unit string) (int64, bool) {
+	switch unit {
+	case "", "ms":
+		return 1000, true
+	case "s":
+		return 1, true
+	case "us":
+		return 1_000_000, true
+	case "ns":
+		return 1_000_000_000, true
+	}
+	return 0, false
+}
+
+// micros converts x of a unit (perSecond) to microseconds; false when it
+// is out of the timestamp range or, in nanoseconds, not a whole
+// microsecond (a timestamp holds microseconds: the rest would be lost).
+func micros(x, per int64) (int64, string) {
+	switch per {
+	case 1_000_000:
+		return x, ""
+	case 1_000_000_000:
+		if x%1000 != 0 {
+			return 0, "has a fraction of a microsecond, which a timestamp cannot hold"
+		}
+		return x / 1000, ""
+	}
+	m := 1_000_000 / per
+	if x > math.MaxInt64/m || x < -math.MaxInt64/m {
+		return 0, "is out of range for a timestamp"
+	}
+	return x * m, ""
 }
 
 // hint remembers which column the key at one position of the previous
@@ -111,7 +152,11 @@ type JSON struct {
 // which are filled from the record instead of the message; such a field
 // declared with another type than its own (_kafka_key may also be string)
 // is an error, and so is a duplicate column name.
-func NewJSON(s batch.Schema) (*JSON, error) {
+//
+// units, when given, names the unit of timestamp columns decoded from
+// integers (see Units); an unknown unit or one on another column is an
+// error.
+func NewJSON(s batch.Schema, units ...Units) (*JSON, error) {
 	p := &plan{schema: s, cols: make([]column, len(s.Columns)), index: make(map[string]int, len(s.Columns))}
 	seen := make(map[string]bool, len(s.Columns))
 	for i, c := range s.Columns {
@@ -125,7 +170,21 @@ func NewJSON(s batch.Schema) (*JSON, error) {
 		if c.Type.Kind == batch.KindDecimal && (c.Type.Precision < 1 || c.Type.Precision > batch.MaxDecimalPrecision || c.Type.Scale < 0 || c.Type.Scale > c.Type.Precision) {
 			return nil, fmt.Errorf("decode: column %q has invalid type %v", c.Name, c.Type)
 		}
-		col := column{name: c.Name, typ: c.Type, nullable: c.Nullable}
+		col := column{name: c.Name, typ: c.Type, nullable: c.Nullable, unit: 1000}
+		for _, u := range units {
+			name, ok := u[c.Name]
+			if !ok {
+				continue
+			}
+			per, known := perSecond(name)
+			switch {
+			case !known:
+				return nil, fmt.Errorf("decode: column %q: unknown unit %q (s, ms, us or ns)", c.Name, name)
+			case c.Type.Kind != batch.KindTimestamp:
+				return nil, fmt.Errorf("decode: column %q: a unit applies to timestamp columns, not %v", c.Name, c.Type)
+			}
+			col.unit = per
+		}
 		switch c.Name {
 		case batch.FieldKafkaTopic, FieldFilePath:
 			col.origin = fromTopic
@@ -357,18 +416,21 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 				return d.mismatch(c, val, "is not an RFC 3339 timestamp")
 			}
 		} else {
-			text, e := d.number(c, val, "is not a timestamp (an RFC 3339 string or epoch milliseconds)")
+			text, e := d.number(c, val, "is not a timestamp (an RFC 3339 string or epoch "+unitWord(c.unit)+")")
 			if e != nil {
 				return e
 			}
-			ms, ok, inRange := parseInt(text)
+			x, ok, inRange := parseInt(text)
 			if !ok {
-				return d.mismatch(c, val, "is not an integer number of epoch milliseconds")
+				return d.mismatch(c, val, "is not an integer number of epoch "+unitWord(c.unit))
 			}
-			if !inRange || ms > maxMillis || ms < -maxMillis {
+			if !inRange {
 				return d.mismatch(c, val, "is out of range for a timestamp")
 			}
-			us = ms * 1000
+			var why string
+			if us, why = micros(x, c.unit); why != "" {
+				return d.mismatch(c, val, why)
+			}
 		}
 		vec.AppendInt(us)
 	case batch.KindDate:
@@ -412,6 +474,19 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 		vec.AppendBytes(x)
 	}
 	return nil
+}
+
+// unitWord names a unit (perSecond) in messages.
+func unitWord(per int64) string {
+	switch per {
+	case 1:
+		return "seconds"
+	case 1_000_000:
+		return "microseconds"
+	case 1_000_000_000:
+		return "nanoseconds"
+	}
+	return "milliseconds"
 }
 
 // invalidUTF8 refuses a string value that is not UTF-8: stored as is, it

@@ -555,3 +555,42 @@ func TestDecodePanicsOnForeignBatch(t *testing.T) {
 	}()
 	_ = d.Decode(&batch.Record{Value: []byte(`{"a":1}`)}, other)
 }
+
+// TestDecodeTimestampUnits checks that an integer timestamp is read in its
+// column's unit, and that what a timestamp cannot hold is refused.
+func TestDecodeTimestampUnits(t *testing.T) {
+	for _, tc := range []struct {
+		unit, msg, want, errText string
+	}{
+		{"", `{"f":1700000000123}`, "2023-11-14T22:13:20.123Z", ""},
+		{"ms", `{"f":1700000000123}`, "2023-11-14T22:13:20.123Z", ""},
+		{"s", `{"f":1700000000}`, "2023-11-14T22:13:20Z", ""},
+		{"us", `{"f":1700000000123456}`, "2023-11-14T22:13:20.123456Z", ""},
+		{"ns", `{"f":1700000000123456000}`, "2023-11-14T22:13:20.123456Z", ""},
+		{"ns", `{"f":1700000000123456789}`, "", "has a fraction of a microsecond"},
+		{"s", `{"f":9223372036854775807}`, "", "is out of range for a timestamp"},
+		{"s", `{"f":1.5}`, "", "is not an integer number of epoch seconds"},
+		{"s", `{"f":"2024-01-02T03:04:05Z"}`, "2024-01-02T03:04:05Z", ""},
+	} {
+		d, err := NewJSON(batch.Schema{Columns: []batch.Column{{Name: "f", Type: batch.Timestamp}}}, Units{"f": tc.unit})
+		if err != nil {
+			t.Fatalf("unit %q: %v", tc.unit, err)
+		}
+		out := batch.New(d.Schema(), 1)
+		e := d.Decode(&batch.Record{Value: []byte(tc.msg)}, out)
+		switch {
+		case tc.errText != "" && (e == nil || !strings.Contains(e.Error(), tc.errText)):
+			t.Errorf("unit %q, %s: error %v, want %q", tc.unit, tc.msg, e, tc.errText)
+		case tc.errText == "" && e != nil:
+			t.Errorf("unit %q, %s: %v", tc.unit, tc.msg, e)
+		case tc.errText == "" && show(out.Row(0)[0]) != tc.want:
+			t.Errorf("unit %q, %s = %s, want %s", tc.unit, tc.msg, show(out.Row(0)[0]), tc.want)
+		}
+	}
+	if _, err := NewJSON(batch.Schema{Columns: []batch.Column{{Name: "f", Type: batch.Timestamp}}}, Units{"f": "days"}); err == nil {
+		t.Error("unit days: no error")
+	}
+	if _, err := NewJSON(batch.Schema{Columns: []batch.Column{{Name: "f", Type: batch.Int64}}}, Units{"f": "s"}); err == nil {
+		t.Error("a unit on an int64 column: no error")
+	}
+}

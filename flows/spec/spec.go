@@ -181,9 +181,10 @@ type Table struct {
 
 // Column is a declared column.
 type Column struct {
-	Name     string     `yaml:"name"`     // required
-	Type     batch.Type `yaml:"type"`     // required: string, int64, float64, bool, timestamp, date, decimal(P,S), bytes
-	Nullable bool       `yaml:"nullable"` // default false
+	Name     string     `yaml:"name"`                   // required
+	Type     batch.Type `yaml:"type"`                   // required: string, int64, float64, bool, timestamp, date, decimal(P,S), bytes
+	Nullable bool       `yaml:"nullable"`               // default false
+	Unit     string     `yaml:"unit" json:",omitempty"` // timestamp columns: what an integer counts since the epoch: s, ms (default), us, ns
 	Line     int        `yaml:"-"`
 }
 
@@ -432,6 +433,27 @@ func (f *Flow) SourceSchema() batch.Schema {
 		return f.fallback
 	}
 	return f.data
+}
+
+// SourceUnits returns the units declared for the timestamp columns the
+// source decodes (its own columns, or the target's it decodes instead).
+func (f *Flow) SourceUnits(p *Pipeline) map[string]string {
+	cols := f.Source.Columns()
+	if len(cols) == 0 && len(f.fallback.Columns) > 0 {
+		if t := p.Table(f.Target); t != nil {
+			cols = t.Columns
+		}
+	}
+	var out map[string]string
+	for _, c := range cols {
+		if c.Unit != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[c.Name] = c.Unit
+		}
+	}
+	return out
 }
 
 // DataTold reports whether only the flow's data tells its columns: a

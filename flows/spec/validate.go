@@ -351,6 +351,13 @@ func (c *checker) columns(path string, cols []Column) {
 		if col.Type.Kind == batch.KindInvalid && !c.bad[cp+".type"] {
 			c.add(cp+".type", "required: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes")
 		}
+		switch {
+		case col.Unit == "":
+		case col.Unit != "s" && col.Unit != "ms" && col.Unit != "us" && col.Unit != "ns":
+			c.add(cp+".unit", "unknown unit %q: s, ms, us or ns (what an integer timestamp counts since the epoch)", col.Unit)
+		case col.Type.Kind != batch.KindTimestamp && col.Type.Kind != batch.KindInvalid:
+			c.add(cp+".unit", "a unit applies to timestamp columns; %s is %v", col.Name, col.Type)
+		}
 	}
 }
 

@@ -286,6 +286,12 @@ kafka:
   sasl: {mechanism: GSSAPI} #! kafka.sasl.mechanism: unknown SASL mechanism #! kafka.sasl.user: required #! kafka.sasl.password: required
 destination: {local: {path: d}}
 `},
+		{"column unit", header + `tables:
+  - name: t
+    columns:
+      - {name: a, type: timestamp, unit: days} #! tables[0].columns[0].unit: unknown unit "days": s, ms, us or ns
+      - {name: b, type: int64, unit: s} #! tables[0].columns[1].unit: a unit applies to timestamp columns; b is int64
+`},
 		{"column name clickhouse cannot hold", `pipeline: shop
 kafka: {brokers: ["127.0.0.1:9092"]}
 destination: {clickhouse: {addr: [a:9000]}}
