@@ -25,6 +25,9 @@ const (
 	// KindCutOver: the live changes of a flow that came older than their
 	// key's last replayed change (CutOverState).
 	KindCutOver = "cutover"
+	// KindTarget: per CDC target (the key's Name), what its rows and key
+	// states were written under: its keys, SCD type and sequence type.
+	KindTarget = "target"
 )
 
 var (

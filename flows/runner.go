@@ -214,6 +214,10 @@ func (r *runner) execute(ctx context.Context) error {
 			return err
 		}
 	}
+	refreshed, _, _ := refreshSet(r.p, r.opts.FullRefresh, r.opts.Refresh)
+	if err := r.checkContracts(ctx, refreshed); err != nil {
+		return err
+	}
 
 	handlers := make([]batchHandler, len(r.p.Flows))
 	for i := range r.p.Flows {

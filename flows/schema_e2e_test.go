@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 
 	"github.com/sluicehq/sluice/sinks"
@@ -244,5 +245,59 @@ flows:
 		if got := s.rows("ev", "_sluice_load_id"); !slices.Equal(got, want) {
 			t.Fatalf("rows %q, want %q", got, want)
 		}
+	})
+}
+
+// TestChangedSequenceTypeRefused checks that an existing CDC target whose
+// flow's sequence_by changed type is refused at start, naming the table,
+// old and new and the remedy, instead of comparing new sequences with
+// stored ones of another type; and that the remedy, a refresh of the flow,
+// works.
+func TestChangedSequenceTypeRefused(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "seqtype_" + dname
+		d := dest(t)
+		flowOf := func(seqType string) string {
+			return `tables:
+  - name: t
+flows:
+  - name: c
+    target: t
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: ` + topic + `
+        format: json
+        columns:
+          - {name: id, type: int64}
+          - {name: name, type: string}
+          - {name: seq, type: ` + seqType + `}
+    keys: [id]
+    sequence_by: seq
+    except_column_list: [seq]
+`
+		}
+		s := newStepper(t, broker.Addr(), d, flowOf("int64"))
+		s.produce(topic, `{"id":1,"name":"a","seq":5}`)
+		s.update()
+		s2 := newStepper(t, broker.Addr(), d, flowOf("string"))
+		s2.produce(topic, `{"id":1,"name":"b","seq":"9"}`)
+		err := s2.tryUpdateWith(flows.Options{})
+		if err == nil || !strings.Contains(err.Error(), "table t") || !strings.Contains(err.Error(), "int64") ||
+			!strings.Contains(err.Error(), "string") || !strings.Contains(err.Error(), "sluice update --refresh c") {
+			t.Fatalf("update after the sequence type changed: %v, want a refusal naming table t, int64, string and the remedy", err)
+		}
+		if got, want := s2.rows("t"), []string{"1,a"}; !slices.Equal(got, want) {
+			t.Fatalf("rows after the refusal %q, want %q", got, want)
+		}
+		// The remedy: the flow replays from the start under the new type.
+		// The first message's seq is a JSON number, not a string: a dead
+		// letter now.
+		s2.updateWith(flows.Options{Refresh: []string{"c"}})
+		if got, want := s2.rows("t"), []string{"1,b"}; !slices.Equal(got, want) {
+			t.Fatalf("rows after the refresh %q, want %q", got, want)
+		}
+		s2.update()
 	})
 }
