@@ -301,3 +301,45 @@ flows:
 		s2.update()
 	})
 }
+
+// TestSubSecondSCD2Versions checks that SCD type 2 versions a fraction of a
+// second apart keep their instants in both destinations (on a ClickHouse
+// server without DateTime64 too): no version's __START_AT equals its
+// __END_AT.
+func TestSubSecondSCD2Versions(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "subsec_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: t
+flows:
+  - name: c
+    target: t
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: `+topic+`
+        format: json
+        columns:
+          - {name: id, type: int64}
+          - {name: name, type: string}
+          - {name: at, type: timestamp}
+    keys: [id]
+    sequence_by: at
+    stored_as_scd_type: 2
+`)
+		s.produce(topic,
+			`{"id":1,"name":"a","at":"2024-05-01T10:00:00.1Z"}`,
+			`{"id":1,"name":"b","at":"2024-05-01T10:00:00.6Z"}`,
+			`{"id":1,"name":"c","at":"2024-05-01T10:00:00.9Z"}`)
+		s.update()
+		want := []string{
+			"1,a,2024-05-01T10:00:00.1Z,2024-05-01T10:00:00.1Z,2024-05-01T10:00:00.6Z",
+			"1,b,2024-05-01T10:00:00.6Z,2024-05-01T10:00:00.6Z,2024-05-01T10:00:00.9Z",
+			"1,c,2024-05-01T10:00:00.9Z,2024-05-01T10:00:00.9Z,∞",
+		}
+		if got := s.rows("t"); !slices.Equal(got, want) {
+			t.Fatalf("rows %q, want %q", got, want)
+		}
+	})
+}

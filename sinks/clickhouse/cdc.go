@@ -155,7 +155,7 @@ func (s *Sink) createPhysSQL(t sinks.Table) string {
 	var b strings.Builder
 	b.WriteString("CREATE TABLE IF NOT EXISTS " + s.table(physName(t.Name)) + " (\n")
 	for _, c := range t.Schema.Columns {
-		b.WriteString("\t" + columnDef(c, s.feat) + ",\n")
+		b.WriteString("\t" + columnDef(c, s.feat, false) + ",\n")
 	}
 	b.WriteString("\t" + chsql.Quote(keyColumn) + " String COMMENT '" + keysComment + strings.Join(t.Keys, ",") + "',\n")
 	b.WriteString("\t" + chsql.Quote(seqColumn) + " String,\n")

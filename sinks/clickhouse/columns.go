@@ -73,7 +73,7 @@ func (f features) values(table string, col column, v *batch.Vector) (any, error)
 			return out, nil
 		}
 		return ptrs(col.Nullable, v.Strs, null), nil
-	case storeInt64:
+	case storeInt64, storeMicros:
 		return ptrs(col.Nullable, v.Ints, null), nil
 	case storeFloat64:
 		return ptrs(col.Nullable, v.Floats, null), nil
@@ -94,10 +94,13 @@ func (f features) values(table string, col column, v *batch.Vector) (any, error)
 			}
 			sec := floorDiv(us, 1_000_000)
 			if col.storage == storeDateTime {
-				if sec < 0 || sec > maxDateTime {
+				// Whole seconds: a fraction is refused in a target (a table
+				// created by sluice on such a server stores microseconds);
+				// sluice's own tables keep the second.
+				if sec < 0 || sec > maxDateTime || us%1_000_000 != 0 && table != batch.DeadLettersTable {
 					return nil, rangeErr(table, col, i, time.UnixMicro(us).UTC().Format(time.RFC3339Nano), "1970-01-01T00:00:00Z to 2106-02-07T06:28:15Z, whole seconds")
 				}
-				ts[i] = time.Unix(sec, 0).UTC() // whole seconds: the fraction is truncated
+				ts[i] = time.Unix(sec, 0).UTC()
 				continue
 			}
 			if day := floorDiv(sec, secondsPerDay); day < lo || day > hi {
@@ -244,7 +247,7 @@ func newReader(col column) reader {
 			return scalar(col.Nullable, func(v *batch.Vector, s string) { v.AppendBytes([]byte(s)) })
 		}
 		return scalar(col.Nullable, func(v *batch.Vector, s string) { v.AppendString(s) })
-	case storeInt64:
+	case storeInt64, storeMicros:
 		return scalar(col.Nullable, func(v *batch.Vector, x int64) { v.AppendInt(x) })
 	case storeFloat64:
 		return scalar(col.Nullable, func(v *batch.Vector, x float64) { v.AppendFloat(x) })

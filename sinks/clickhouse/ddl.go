@@ -149,7 +149,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 	b.WriteString(" (\n")
 	for _, c := range cols {
 		b.WriteString("\t")
-		b.WriteString(columnDef(c, s.feat))
+		b.WriteString(columnDef(c, s.feat, name == batch.DeadLettersTable))
 		b.WriteString(",\n")
 	}
 	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String\n) ENGINE = MergeTree")
@@ -160,10 +160,20 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 	return b.String()
 }
 
-func columnDef(c batch.Column, f features) string {
-	def := chsql.Quote(c.Name) + " " + chType(c.Type, c.Nullable, f)
-	if c.Type.Kind == batch.KindBytes {
-		def += " COMMENT '" + bytesComment + "'"
+// columnDef renders a column of a new table; own says the table is
+// sluice's own (chType), else a target's (columnType).
+func columnDef(c batch.Column, f features, own bool) string {
+	if own {
+		def := chsql.Quote(c.Name) + " " + chType(c.Type, c.Nullable, f)
+		if c.Type.Kind == batch.KindBytes {
+			def += " COMMENT '" + bytesComment + "'"
+		}
+		return def
+	}
+	typ, comment := columnType(c.Type, c.Nullable, f)
+	def := chsql.Quote(c.Name) + " " + typ
+	if comment != "" {
+		def += " COMMENT '" + comment + "'"
 	}
 	return def
 }
@@ -299,16 +309,17 @@ func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, ad
 		after = info.columns[n-1].Name
 	}
 	for _, c := range add {
-		stmt := "ALTER TABLE " + s.table(table) + " ADD COLUMN " + chsql.Quote(c.Name) + " " + chType(c.Type, true, s.feat)
+		typ, comment := columnType(c.Type, true, s.feat)
+		stmt := "ALTER TABLE " + s.table(table) + " ADD COLUMN " + chsql.Quote(c.Name) + " " + typ
 		if after != "" {
 			stmt += " AFTER " + chsql.Quote(after)
 		}
 		if err := s.exec(ctx, "add column "+c.Name+" to "+table, stmt); err != nil {
 			return err
 		}
-		if c.Type.Kind == batch.KindBytes {
+		if comment != "" {
 			if err := s.exec(ctx, "comment column "+c.Name+" of "+table, "ALTER TABLE "+s.table(table)+
-				" COMMENT COLUMN "+chsql.Quote(c.Name)+" '"+bytesComment+"'"); err != nil {
+				" COMMENT COLUMN "+chsql.Quote(c.Name)+" '"+comment+"'"); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +91,19 @@ func TestRangeErrors(t *testing.T) {
 	}{
 		{"date too early", 0, early, early.Format(time.DateOnly)},
 		{"date too late", 0, late, late.Format(time.DateOnly)},
-		{"timestamp too early", 1, early, early.Format(time.RFC3339)},
-		{"timestamp too late", 1, late, late.Format(time.RFC3339)},
+	}
+	if s.feat.dateTime64 {
+		// Without DateTime64 a timestamp is an Int64 of microseconds: any
+		// int64 fits.
+		tests = append(tests, []struct {
+			name  string
+			col   int
+			value time.Time
+			text  string
+		}{
+			{"timestamp too early", 1, early, early.Format(time.RFC3339)},
+			{"timestamp too late", 1, late, late.Format(time.RFC3339)},
+		}...)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,5 +154,72 @@ func TestSettings(t *testing.T) {
 	probe := openSink(t, addr, "default")
 	if old := !probe.feat.dateTime64; old && (err == nil || !strings.Contains(err.Error(), "load_balancing")) {
 		t.Fatalf("Open with a text setting on %s: %v, want an error naming it", probe.ServerVersion(), err)
+	}
+}
+
+// TestTimestampsExact checks that a timestamp keeps its microseconds on any
+// server: a new table stores them (DateTime64(6), or an Int64 of
+// microseconds where DateTime64 is missing), and a DateTime column of an
+// older table refuses a fraction of a second instead of cutting it.
+func TestTimestampsExact(t *testing.T) {
+	addr := serverAddr(t)
+	db := newDatabase(t, addr)
+	s := openSink(t, addr, db)
+	ctx := context.Background()
+	at := []time.Time{
+		time.Date(2024, 5, 1, 10, 0, 0, 100_000_000, time.UTC),
+		time.Date(2024, 5, 1, 10, 0, 0, 600_000_000, time.UTC),
+		time.Date(1960, 1, 2, 3, 4, 5, 123_456_000, time.UTC),
+	}
+	table := sinks.Table{Name: "e", Schema: batch.Schema{Columns: []batch.Column{{Name: "ts", Type: batch.Timestamp}}}}
+	if err := s.Ensure(ctx, []sinks.Table{table}); err != nil {
+		t.Fatal(err)
+	}
+	b := batch.New(table.Schema, len(at))
+	for _, x := range at {
+		b.Vectors[0].AppendInt(x.UnixMicro())
+	}
+	ld, err := s.Begin(ctx, sinks.LoadMeta{LoadID: "exact-1", Pipeline: "p", Flow: "f", Targets: []string{"e"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Write(ctx, "e", b); err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Commit(ctx, sinks.Commit{From: batch.Positions{{Topic: "x", Offset: -1}}, To: batch.Positions{{Topic: "x", Offset: 3}}, Rows: 3}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Scan(ctx, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have []int64
+	for i := range got.Len() {
+		have = append(have, got.Vectors[0].Ints[i])
+	}
+	slices.Sort(have)
+	want := []int64{at[2].UnixMicro(), at[0].UnixMicro(), at[1].UnixMicro()}
+	if !slices.Equal(have, want) {
+		t.Fatalf("timestamps %v, want %v", have, want)
+	}
+
+	// A DateTime column, as an older sluice created it on such a server.
+	if err := s.exec(ctx, "old table", "CREATE TABLE "+s.table("old")+" (ts DateTime('UTC'), "+chsql.Quote(batch.LoadIDColumn)+" String) ENGINE = MergeTree ORDER BY tuple()"); err != nil {
+		t.Fatal(err)
+	}
+	old := sinks.Table{Name: "old", Schema: table.Schema}
+	if err := s.Ensure(ctx, []sinks.Table{old}); err != nil {
+		t.Fatal(err)
+	}
+	b = batch.New(table.Schema, 1)
+	b.Vectors[0].AppendInt(at[0].UnixMicro())
+	ld, err = s.Begin(ctx, sinks.LoadMeta{LoadID: "old-1", Pipeline: "p", Flow: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Abort(ctx)
+	var re *RangeError
+	if err := ld.Write(ctx, "old", b); !errors.As(err, &re) || !strings.Contains(re.Range, "whole seconds") {
+		t.Fatalf("a fraction of a second into a DateTime column: %v, want a RangeError", err)
 	}
 }

@@ -32,6 +32,10 @@ const (
 	lockPrefix = "_sluice_lock_"
 
 	bytesComment = "sluice:bytes"
+	// A timestamp column on a server without DateTime64 is an Int64 of
+	// microseconds since the epoch with this comment: DateTime would cut
+	// the fraction of a second.
+	timestampComment = "sluice:timestamp_us"
 	maxLoadID    = 64
 )
 

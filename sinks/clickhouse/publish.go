@@ -120,9 +120,9 @@ func (s *Sink) alignStage(ctx context.Context, table, stage string) error {
 			if err := s.exec(ctx, "align staging table "+stage, stmt); err != nil {
 				return err
 			}
-			if c.Type.Kind == batch.KindBytes {
+			if comment := c.comment(); comment != "" {
 				if err := s.exec(ctx, "align staging table "+stage, "ALTER TABLE "+s.table(stage)+" COMMENT COLUMN "+
-					chsql.Quote(c.Name)+" '"+bytesComment+"'"); err != nil {
+					chsql.Quote(c.Name)+" '"+comment+"'"); err != nil {
 					return err
 				}
 			}

@@ -21,7 +21,37 @@ func featuresOf(major, minor int) features {
 	return features{dateTime64: at(20, 1), date32: at(21, 9), wideDates: at(22, 8), isDeleted: at(23, 2)}
 }
 
-// chType is the ClickHouse type a new column of type t gets.
+// columnType is the ClickHouse type and comment a new column of a target
+// gets: a timestamp on a server without DateTime64 is an Int64 of
+// microseconds, exact, where DateTime would keep whole seconds.
+func columnType(t batch.Type, nullable bool, f features) (typ, comment string) {
+	switch {
+	case t.Kind == batch.KindTimestamp && !f.dateTime64:
+		typ, comment = "Int64", timestampComment
+		if nullable {
+			typ = "Nullable(Int64)"
+		}
+		return typ, comment
+	case t.Kind == batch.KindBytes:
+		return chType(t, nullable, f), bytesComment
+	}
+	return chType(t, nullable, f), ""
+}
+
+// comment is the comment an existing column of a target carries.
+func (c column) comment() string {
+	switch {
+	case c.storage == storeMicros:
+		return timestampComment
+	case c.Type.Kind == batch.KindBytes:
+		return bytesComment
+	}
+	return ""
+}
+
+// chType is the ClickHouse type a new column of type t gets in sluice's own
+// tables (timestamps there are DateTime where DateTime64 is missing: whole
+// seconds suffice for when a dead letter or a load was written).
 func chType(t batch.Type, nullable bool, f features) string {
 	var s string
 	switch t.Kind {
@@ -67,6 +97,7 @@ const (
 	storeUInt8
 	storeDateTime   // seconds, 1970..2106
 	storeDateTime64 // DateTime64(6): microseconds, 1900..2299
+	storeMicros     // Int64 of microseconds (timestampComment): servers without DateTime64
 	storeDate       // days, 1970..2149
 	storeDate32     // days, 1900..2299
 	storeDecimal
@@ -97,6 +128,8 @@ func parseColumn(name, typ, comment string) (column, error) {
 		if comment == bytesComment {
 			c.Type = batch.Bytes
 		}
+	case t == "Int64" && comment == timestampComment:
+		c.Type, c.storage = batch.Timestamp, storeMicros
 	case t == "Int64":
 		c.Type, c.storage = batch.Int64, storeInt64
 	case t == "Float64":
