@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -146,8 +147,8 @@ func TestShowFormatsAndUnknownTable(t *testing.T) {
 		spec := writeSpec(t, d, b.Addr(), 100)
 		mustSluice(t, "update", "-f", spec)
 
-		// A timestamp shows as the destination stores it: 18.16's
-		// DateTime drops the fraction of a second.
+		// A timestamp shows as the destination stores it, with its
+		// fraction of a second.
 		at := stored(t, d, spec, "2026-03-01T10:00:01.5Z")
 		got := mustSluice(t, "show", "-f", spec, "events", "--format", "jsonl").stdout
 		rows := jsonl(t, got)
@@ -241,4 +242,45 @@ func TestDemoRuns(t *testing.T) {
 	if n := len(readColumn(t, filepath.Join(dir, "data", "customers_history"), "id")); n != outcome.Versions {
 		t.Errorf("customers_history holds %d versions, want %d", n, outcome.Versions)
 	}
+}
+
+// TestDevMode checks that update --dev writes into a fresh dataset of its
+// own, named on stdout, and leaves the spec's destination alone.
+func TestDevMode(t *testing.T) {
+	t.Parallel()
+	forEachDestination(t, func(t *testing.T, d destination) {
+		b := startBroker(t, map[string]int32{"events": 1})
+		produce(t, b.Addr(), "events", 1, 6)
+		spec := writeSpec(t, d, b.Addr(), 100)
+		res := mustSluice(t, "update", "--dev", "-f", spec)
+		_, dataset, ok := strings.Cut(strings.TrimSpace(res.stdout), "dev mode: writing into ")
+		if !ok || dataset == "" {
+			t.Fatalf("stdout %q does not name the dev dataset", res.stdout)
+		}
+		switch d := d.(type) {
+		case localDest:
+			if !strings.HasPrefix(dataset, "data_") {
+				t.Fatalf("dev dataset %q, want data_<time>", dataset)
+			}
+			ids := readIDs(t, filepath.Join(filepath.Dir(spec), dataset, "events"), "id")
+			checkExactlyOnce(t, ids, 1, 6)
+			if _, err := os.Stat(filepath.Join(filepath.Dir(spec), "data")); !os.IsNotExist(err) {
+				t.Fatalf("the spec's destination folder: %v, want none", err)
+			}
+		case *clickHouseDest:
+			if !strings.HasPrefix(dataset, d.db+"_") {
+				t.Fatalf("dev dataset %q, want %s_<time>", dataset, d.db)
+			}
+			var n uint64
+			d.queryRow(t, []any{&n}, "SELECT count() FROM "+dataset+".events")
+			if n != 5 {
+				t.Fatalf("%s.events holds %d rows, want 5", dataset, n)
+			}
+			d.queryRow(t, []any{&n}, "SELECT count() FROM system.tables WHERE database = ? AND name = 'events'", d.db)
+			if n != 0 {
+				t.Fatalf("the spec's database has an events table")
+			}
+			t.Cleanup(func() { d.conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dataset) })
+		}
+	})
 }

@@ -333,16 +333,17 @@ func (d *clickHouseDest) loads(t testing.TB, _ string) []load {
 	return out
 }
 
-// precision reads the column's type: 18.16's DateTime keeps whole seconds,
-// DateTime64(6) microseconds.
+// precision reads the column's type: DateTime (a table an older sluice
+// created on 18.16) keeps whole seconds; DateTime64(6) and the Int64 of
+// microseconds sluice creates on 18.16 keep microseconds.
 func (d *clickHouseDest) precision(t testing.TB, _, table, column string) time.Duration {
 	t.Helper()
 	var typ string
 	d.queryRow(t, []any{&typ}, "SELECT type FROM system.columns WHERE database = ? AND table = ? AND name = ?", d.db, table, column)
-	if strings.Contains(typ, "DateTime64") {
-		return time.Microsecond
+	if strings.HasPrefix(typ, "DateTime(") || typ == "DateTime" || strings.HasPrefix(typ, "Nullable(DateTime(") || typ == "Nullable(DateTime)" {
+		return time.Second
 	}
-	return time.Second
+	return time.Microsecond
 }
 
 // leftovers returns the objects of the delivery protocol still in the

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,13 +19,14 @@ func newUpdate(g *globals) *cobra.Command {
 		refresh       []string
 		allowDataLoss bool
 		expire        bool
+		dev           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "update",
 		Short: "Process everything available when it starts, commit, exit 0",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := g.execute(cmd.Context(), flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
+			err := g.execute(cmd, dev, flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
 				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Expire: expire, Progress: cmd.ErrOrStderr()})
 			if errors.Is(err, flows.ErrUnknownFlow) {
 				return &exitError{code: exitUsage, err: err}
@@ -36,22 +38,30 @@ func newUpdate(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&fullRefresh, "full-refresh", false, "empty every target and replay every flow from the start")
 	cmd.Flags().StringSliceVar(&refresh, "refresh", nil, "empty the targets of these flows (FLOW[,FLOW]) and replay every flow writing them from the start")
 	cmd.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false, "refresh even when a Kafka source no longer holds a flow's first offset")
+	cmd.Flags().BoolVar(&dev, "dev", false, devUsage)
 	cmd.Flags().BoolVar(&expire, "expire", false, "then go over every CDC target's key states and forget what tombstone_retention let expire, and compact ClickHouse CDC targets whose removal markers pass a tenth of their rows, as run does periodically")
 	return cmd
 }
 
+// devUsage is the --dev flag's help.
+const devUsage = "write into a fresh dataset of this run's own: the ClickHouse database <database>_<UTC time>, or the folder <path>_<UTC time> beside the local destination"
+
 func newRun(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var dev bool
+	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run continuously until SIGINT/SIGTERM, then drain, commit and exit 0",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.execute(cmd.Context(), flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr()})
+			return g.execute(cmd, dev, flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr()})
 		},
 	}
+	cmd.Flags().BoolVar(&dev, "dev", false, devUsage)
+	return cmd
 }
 
-func (g *globals) execute(ctx context.Context, opts flows.Options) error {
+func (g *globals) execute(cmd *cobra.Command, dev bool, opts flows.Options) error {
+	ctx := cmd.Context()
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -59,6 +69,9 @@ func (g *globals) execute(ctx context.Context, opts flows.Options) error {
 	p, err := g.loadSpec()
 	if err != nil {
 		return err
+	}
+	if dev {
+		fmt.Fprintf(cmd.OutOrStdout(), "dev mode: writing into %s\n", p.DevDataset(time.Now()))
 	}
 	// The sink outlives the signal: a drain after SIGTERM still commits.
 	sink, err := destination.Open(context.WithoutCancel(ctx), p, log)

@@ -435,6 +435,27 @@ func (f *Flow) SourceSchema() batch.Schema {
 	return f.data
 }
 
+// DevDataset points the destination at a fresh dataset of its own for a
+// development run started at now (update and run --dev): the ClickHouse
+// database <database>_<YYYYMMDDhhmmss>, or locally the sibling folder
+// <path>_<YYYYMMDDhhmmss>. It returns the dataset's name.
+func (p *Pipeline) DevDataset(now time.Time) string {
+	stamp := now.UTC().Format("20060102150405")
+	if ch := p.Destination.ClickHouse; ch != nil {
+		db := ch.Database
+		if db == "" {
+			db = "default"
+		}
+		ch.Database = db + "_" + stamp
+		return ch.Database
+	}
+	if l := p.Destination.Local; l != nil {
+		l.Path = filepath.Clean(l.Path) + "_" + stamp
+		return l.Path
+	}
+	return ""
+}
+
 // SourceUnits returns the units declared for the timestamp columns the
 // source decodes (its own columns, or the target's it decodes instead).
 func (f *Flow) SourceUnits(p *Pipeline) map[string]string {
