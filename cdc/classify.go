@@ -248,32 +248,37 @@ func (x *expression) eval(b *batch.Batch, pos []Position, meta []RecordMeta, out
 	}
 }
 
+// ExprValue is row i of v as an expression reads it (ExprType); nil when
+// null.
+func ExprValue(v *batch.Vector, i int) any {
+	if v.IsNull(i) {
+		return nil
+	}
+	switch v.Type.Kind {
+	case batch.KindString:
+		return v.Strs[i]
+	case batch.KindInt64:
+		return v.Ints[i]
+	case batch.KindTimestamp:
+		return time.UnixMicro(v.Ints[i]).UTC()
+	case batch.KindDate:
+		return batch.DateValue(v.Ints[i]).Time()
+	case batch.KindFloat64:
+		return v.Floats[i]
+	case batch.KindDecimal:
+		f, _ := strconv.ParseFloat(batch.FormatDecimal(v.Decs[i], v.Type.Scale), 64)
+		return f
+	case batch.KindBool:
+		return v.Bools[i]
+	case batch.KindBytes:
+		return v.Bytes[i]
+	}
+	return nil
+}
+
 func (x *expression) valueOf(r exprRef, b *batch.Batch, i int, pos []Position, meta []RecordMeta) any {
 	if r.col >= 0 {
-		v := b.Vectors[r.col]
-		if v.IsNull(i) {
-			return nil
-		}
-		switch v.Type.Kind {
-		case batch.KindString:
-			return v.Strs[i]
-		case batch.KindInt64:
-			return v.Ints[i]
-		case batch.KindTimestamp:
-			return time.UnixMicro(v.Ints[i]).UTC()
-		case batch.KindDate:
-			return batch.DateValue(v.Ints[i]).Time()
-		case batch.KindFloat64:
-			return v.Floats[i]
-		case batch.KindDecimal:
-			f, _ := strconv.ParseFloat(batch.FormatDecimal(v.Decs[i], v.Type.Scale), 64)
-			return f
-		case batch.KindBool:
-			return v.Bools[i]
-		case batch.KindBytes:
-			return v.Bytes[i]
-		}
-		return nil
+		return ExprValue(b.Vectors[r.col], i)
 	}
 	p := pos[i]
 	switch r.name {

@@ -722,6 +722,10 @@ func (a *applyCtx) deadLetter(i int, reason string, err error) error {
 }
 
 // rowJSON renders row i as a JSON object, for dead letters.
+// RowJSON renders row i of b as a JSON object, the payload of a dead letter
+// that has no message of its own.
+func RowJSON(b *batch.Batch, i int) []byte { return rowJSON(b, i) }
+
 func rowJSON(b *batch.Batch, i int) []byte {
 	var sb strings.Builder
 	sb.WriteByte('{')

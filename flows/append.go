@@ -41,9 +41,10 @@ func (r *runner) onErrorFail(f *spec.Flow, dls []batch.DeadLetter) error {
 
 // appendHandler turns each batch into rows appended to the target.
 type appendHandler struct {
-	r    *runner
-	flow *spec.Flow
-	pool sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
+	r     *runner
+	flow  *spec.Flow
+	rules *flowRules // nil when the flow has none
+	pool  sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
 }
 
 func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
@@ -51,7 +52,7 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	if target == nil {
 		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
-	h := &appendHandler{r: r, flow: f}
+	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f)}
 	if f.Source.Kafka != nil {
 		proto, err := decode.NewJSON(f.SourceSchema(), f.SourceUnits(r.p))
 		if err != nil {
@@ -68,23 +69,53 @@ func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*p
 	dls := dec.DecodeAll(rb.Records, out, nil)
 	h.pool.Put(dec)
 	h.r.stampDeadLetters(h.flow, dls)
+	var counts *batch.Batch
+	if h.rules != nil {
+		// The decoded rows are the records that are not dead letters, in order.
+		recs := make([]int, 0, out.Len())
+		j := 0
+		for i := range rb.Records {
+			if j < len(dls) && dls[j].Position == rb.Records[i].Position() {
+				j++
+				continue
+			}
+			recs = append(recs, i)
+		}
+		res, err := h.rules.apply(h.r, out, func(i int) batch.DeadLetter {
+			rec := &rb.Records[recs[i]]
+			return batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Payload: rec.Value}
+		})
+		if err != nil {
+			return nil, err
+		}
+		out, counts, dls = res.batch, res.counts, append(dls, res.dls...)
+	}
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
-	return h.appendRows(out, dls)
+	return h.appendRows(out, dls, counts)
 }
 
 // prepareChunk appends a chunk of a file source.
 func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*prepared, error) {
 	dls := ch.DeadLetters
 	h.r.stampDeadLetters(h.flow, dls)
+	out := ch.Batch
+	var counts *batch.Batch
+	if h.rules != nil {
+		res, err := h.rules.apply(h.r, out, rowDeadLetter(out, ch.File, ch.Row))
+		if err != nil {
+			return nil, err
+		}
+		out, counts, dls = res.batch, res.counts, append(dls, res.dls...)
+	}
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
-	return h.appendRows(ch.Batch, dls)
+	return h.appendRows(out, dls, counts)
 }
 
-func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter) (*prepared, error) {
+func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
 	target := h.r.tableSchema(h.flow.Target)
 	if len(target.Columns) == 0 && out.Len() > 0 {
 		// Never projected away: a table is typed before its rows arrive.
@@ -97,6 +128,11 @@ func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter) (*p
 		write: func(ctx context.Context, ld sinks.Load) error {
 			if rows.Len() > 0 {
 				if err := ld.Write(ctx, h.flow.Target, rows); err != nil {
+					return err
+				}
+			}
+			if counts != nil {
+				if err := ld.Write(ctx, batch.ExpectationsTable, counts); err != nil {
 					return err
 				}
 			}

@@ -135,6 +135,7 @@ type cdcHandler struct {
 	target *cdcTarget
 	cfg    cdc.Config
 	engine *cdc.Engine
+	rules  *flowRules // nil when the flow has none
 	pool   sync.Pool // of *decode.JSON or *decode.Debezium: decoders are not safe for concurrent use
 	// debezium: the source is Debezium envelopes; ops from the envelope
 	// decide unless the flow sets apply_as_deletes or apply_as_truncates.
@@ -149,7 +150,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		Pipeline:                          r.p.Pipeline,
 		Flow:                              f.Name,
 		Target:                            f.Target,
-		Source:                            f.SourceSchema(),
+		Source:                            f.RecordSchema(),
 		Table:                             t.table.Schema,
 		Kafka:                             f.Source.Kafka != nil,
 		Keys:                              f.Keys,
@@ -173,12 +174,12 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 	if err != nil {
 		return nil, err
 	}
-	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng}
+	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng, rules: newFlowRules(f)}
 	if f.Source.Kafka == nil {
 		return h, nil // a file source: the backfill readers decode
 	}
 	if f.Source.Kafka.Format == spec.FormatDebezium {
-		proto, err := decode.NewDebezium(cfg.Source, f.Keys, f.StoredAsSCDType == 2, f.SourceUnits(r.p))
+		proto, err := decode.NewDebezium(f.SourceSchema(), f.Keys, f.StoredAsSCDType == 2, f.SourceUnits(r.p))
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +187,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		h.pool.New = func() any { return proto.Clone() }
 		return h, nil
 	}
-	proto, err := decode.NewJSON(cfg.Source, f.SourceUnits(r.p))
+	proto, err := decode.NewJSON(f.SourceSchema(), f.SourceUnits(r.p))
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,58 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 
 func (h *cdcHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
 	in, dls := h.decode(rb)
-	return h.apply(ctx, in, dls)
+	in, dls, counts, err := h.applyRules(in, dls)
+	if err != nil {
+		return nil, err
+	}
+	return h.apply(ctx, in, dls, counts)
+}
+
+// applyRules runs the flow's rules (rules.go) over the decoded records:
+// the engine gets the rows they keep, with their positions.
+func (h *cdcHandler) applyRules(in cdc.Input, dls []batch.DeadLetter) (cdc.Input, []batch.DeadLetter, *batch.Batch, error) {
+	if h.rules == nil {
+		return in, dls, nil, nil
+	}
+	res, err := h.rules.apply(h.r, in.Batch, func(i int) batch.DeadLetter {
+		p := in.Positions[i]
+		d := batch.DeadLetter{Source: p.Topic, Position: fmt.Sprintf("%d/%d", p.Partition, p.Offset)}
+		if p.Topic == "" {
+			d.Source, d.Position = p.File, fmt.Sprint(p.Offset+1)
+		}
+		if in.Payloads != nil {
+			d.Payload = in.Payloads[i]
+		} else {
+			d.Payload = cdc.RowJSON(in.Batch, i)
+		}
+		return d
+	})
+	if err != nil {
+		return cdc.Input{}, nil, nil, err
+	}
+	out := cdc.Input{Batch: res.batch, Positions: make([]cdc.Position, len(res.rows))}
+	for j, i := range res.rows {
+		out.Positions[j] = in.Positions[i]
+	}
+	if in.Meta != nil {
+		out.Meta = make([]cdc.RecordMeta, len(res.rows))
+		for j, i := range res.rows {
+			out.Meta[j] = in.Meta[i]
+		}
+	}
+	if in.Payloads != nil {
+		out.Payloads = make([][]byte, len(res.rows))
+		for j, i := range res.rows {
+			out.Payloads[j] = in.Payloads[i]
+		}
+	}
+	if in.Ops != nil {
+		out.Ops = make([]cdc.Op, len(res.rows))
+		for j, i := range res.rows {
+			out.Ops[j] = in.Ops[i]
+		}
+	}
+	return out, append(dls, res.dls...), res.counts, nil
 }
 
 // prepareChunk applies a chunk of a file source: each row's position is
@@ -207,19 +259,23 @@ func (h *cdcHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*pre
 	for i := range n {
 		in.Positions[i] = cdc.Position{Flow: h.flow.Name, File: ch.File, Offset: ch.Row(i)}
 	}
-	return h.apply(ctx, in, ch.DeadLetters)
+	in, dls, counts, err := h.applyRules(in, ch.DeadLetters)
+	if err != nil {
+		return nil, err
+	}
+	return h.apply(ctx, in, dls, counts)
 }
 
 // apply runs the engine over a decoded batch and gives it the target's
 // next turn to load.
-func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLetter) (*prepared, error) {
+func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
 	if err := h.target.takeAhead(ctx); err != nil {
 		return nil, err
 	}
-	return h.applyAhead(ctx, in, dls)
+	return h.applyAhead(ctx, in, dls, counts)
 }
 
 // takeAhead waits until fewer than maxBatchesAhead batches of the target
@@ -235,7 +291,7 @@ func (t *cdcTarget) takeAhead(ctx context.Context) error {
 
 // applyAhead is apply once the batch took its place ahead (takeAhead);
 // the prepared load gives it back when it ended, an error at once.
-func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.DeadLetter) (*prepared, error) {
+func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
 	t := h.target
 	t.mu.Lock()
 	epoch := t.begin()
@@ -251,7 +307,7 @@ func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.D
 		// loads before it, and applies the batch again then.
 		out = nil
 	}
-	cb := &cdcBatch{h: h, in: in, dls: dls, tk: t.enqueue(epoch, out)}
+	cb := &cdcBatch{h: h, in: in, dls: dls, counts: counts, tk: t.enqueue(epoch, out)}
 	t.mu.Unlock()
 	p := &prepared{
 		turn: cb.turn,
@@ -274,7 +330,8 @@ func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.D
 type cdcBatch struct {
 	h        *cdcHandler
 	in       cdc.Input
-	dls      []batch.DeadLetter // the decoder's
+	dls      []batch.DeadLetter // the decoder's and the rules'
+	counts   *batch.Batch       // the rules' counts (_sluice_expectations); nil when none
 	tk       *ticket
 	p        *prepared
 	out      *cdc.Output
@@ -292,6 +349,11 @@ func (cb *cdcBatch) fill(out *cdc.Output) {
 	cb.p.write = func(ctx context.Context, ld sinks.Load) error {
 		if err := writeOutput(ctx, ld, h.flow.Target, out); err != nil {
 			return err
+		}
+		if cb.counts != nil {
+			if err := ld.Write(ctx, batch.ExpectationsTable, cb.counts); err != nil {
+				return err
+			}
 		}
 		return writeDeadLetters(ctx, ld, dls)
 	}

@@ -29,9 +29,10 @@ type joinedLoad struct {
 // joinedBatch is one partition's batch in a joined load.
 type joinedBatch struct {
 	rb   *consumer.RecordBatch
-	in   cdc.Input
-	dls  []batch.DeadLetter
-	done chan struct{} // closed when the load ended, err set
+	in     cdc.Input
+	dls    []batch.DeadLetter
+	counts *batch.Batch
+	done   chan struct{} // closed when the load ended, err set
 	err  error
 }
 
@@ -68,10 +69,14 @@ func (h *cdcHandler) seal(jl *joinedLoad) {
 // load leads it; the others wait for its outcome, which is theirs.
 func (kf *kafkaFlow) processJoined(ctx context.Context, h *cdcHandler, rb *consumer.RecordBatch) error {
 	in, dls := h.decode(rb)
+	in, dls, counts, rerr := h.applyRules(in, dls)
+	if rerr != nil {
+		return rerr
+	}
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return err
 	}
-	b := &joinedBatch{rb: rb, in: in, dls: dls, done: make(chan struct{})}
+	b := &joinedBatch{rb: rb, in: in, dls: dls, counts: counts, done: make(chan struct{})}
 	jl, lead := h.join(b)
 	if !lead {
 		// Whatever ctx says, the leader may be loading this batch: the
@@ -95,13 +100,13 @@ func (kf *kafkaFlow) lead(ctx context.Context, h *cdcHandler, jl *joinedLoad) er
 	if err != nil {
 		return err
 	}
-	in, dls := jl.batches[0].in, jl.batches[0].dls
+	in, dls, counts := jl.batches[0].in, jl.batches[0].dls, jl.batches[0].counts
 	rbs := []*consumer.RecordBatch{jl.batches[0].rb}
 	if len(jl.batches) > 1 {
-		in, dls, rbs = mergeJoined(jl.batches)
+		in, dls, counts, rbs = mergeJoined(jl.batches)
 		kf.log.Debug("batches joined into one load", "partitions", len(rbs), "rows", jl.rows)
 	}
-	p, err := h.applyAhead(ctx, in, dls)
+	p, err := h.applyAhead(ctx, in, dls, counts)
 	if err != nil {
 		return err
 	}
@@ -109,7 +114,7 @@ func (kf *kafkaFlow) lead(ctx context.Context, h *cdcHandler, jl *joinedLoad) er
 }
 
 // mergeJoined returns the batches as one engine input, in order.
-func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, []*consumer.RecordBatch) {
+func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, *batch.Batch, []*consumer.RecordBatch) {
 	n := 0
 	for _, b := range bs {
 		n += b.in.Batch.Len()
@@ -125,6 +130,7 @@ func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, []*consumer.
 		out.Ops = make([]cdc.Op, 0, n)
 	}
 	var dls []batch.DeadLetter
+	var counts *batch.Batch
 	rbs := make([]*consumer.RecordBatch, len(bs))
 	for i, b := range bs {
 		out.Batch.AppendBatch(b.in.Batch)
@@ -135,7 +141,13 @@ func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, []*consumer.
 			out.Ops = append(out.Ops, b.in.Ops...)
 		}
 		dls = append(dls, b.dls...)
+		if b.counts != nil {
+			if counts == nil {
+				counts = batch.New(batch.ExpectationsSchema, b.counts.Len())
+			}
+			counts.AppendBatch(b.counts)
+		}
 		rbs[i] = b.rb
 	}
-	return out, slices.Clip(dls), rbs
+	return out, slices.Clip(dls), counts, rbs
 }

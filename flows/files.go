@@ -365,6 +365,10 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 	rs.wanted = f.SourceSchema()
 	if len(rs.wanted.Columns) == 0 && f.Kind == spec.KindAppend {
 		rs.wanted = r.tableSchema(f.Target)
+		// But for the columns the flow computes.
+		rs.wanted.Columns = slices.DeleteFunc(slices.Clone(rs.wanted.Columns), func(c batch.Column) bool {
+			return slices.ContainsFunc(f.ComputedColumns, func(cc spec.ComputedColumn) bool { return cc.Name == c.Name })
+		})
 	}
 	if len(rs.wanted.Columns) == 0 && len(files) > 0 && rs.format == backfill.FormatParquet {
 		var err error

@@ -2,6 +2,7 @@ package flows_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -340,6 +341,103 @@ flows:
 		}
 		if got := s.rows("t"); !slices.Equal(got, want) {
 			t.Fatalf("rows %q, want %q", got, want)
+		}
+	})
+}
+
+// TestRulesEndToEnd checks computed columns, where and expectations of each
+// kind on an append flow and a CDC flow, their counts in status and
+// _sluice_expectations, and that a refresh leaves each count once.
+func TestRulesEndToEnd(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic, ctopic := "rules_"+dname, "rules_cdc_"+dname
+		d := dest(t)
+		body := `tables:
+  - name: orders
+  - name: customers
+flows:
+  - name: o
+    target: orders
+    kind: append
+    source:
+      kafka:
+        topic: ` + topic + `
+        format: json
+        columns:
+          - {name: id, type: int64}
+          - {name: amount, type: float64, nullable: true}
+          - {name: country, type: string}
+    computed_columns:
+      - {name: cents, type: int64, nullable: true, expr: "amount * 100"}
+    where: 'country != "XX"'
+    expectations:
+      - {name: positive, expr: "amount > 0", on_violation: drop}
+      - {name: small, expr: "cents < 100000"}
+  - name: c
+    target: customers
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: ` + ctopic + `
+        format: json
+        columns:
+          - {name: id, type: int64}
+          - {name: email, type: string}
+          - {name: seq, type: int64}
+    keys: [id]
+    sequence_by: seq
+    expectations:
+      - {name: has_at, expr: 'email contains "@"', on_violation: drop}
+`
+		s := newStepper(t, broker.Addr(), d, body)
+		s.produce(topic,
+			`{"id":1,"amount":12.5,"country":"NL"}`,
+			`{"id":2,"amount":-3,"country":"NL"}`,
+			`{"id":3,"amount":2000,"country":"NL"}`,
+			`{"id":4,"amount":1,"country":"XX"}`,
+			`{"id":5,"amount":0.001,"country":"NL"}`)
+		s.produce(ctopic, `{"id":1,"email":"a@x","seq":1}`, `{"id":1,"email":"nope","seq":2}`)
+		s.update()
+		if got, want := s.rows("orders", "_sluice_load_id"), []string{"1,12.5,NL,1250", "3,2000,NL,200000"}; !slices.Equal(got, want) {
+			t.Fatalf("orders %q, want %q", got, want)
+		}
+		if got, want := s.rows("customers"), []string{"1,a@x,1"}; !slices.Equal(got, want) {
+			t.Fatalf("customers %q, want %q", got, want)
+		}
+		reasons := map[string]int{}
+		for _, row := range s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target") {
+			for _, r := range []string{"expectation", "expression_error"} {
+				if strings.Contains(row, ","+r+",") {
+					reasons[r]++
+				}
+			}
+		}
+		if reasons["expectation"] != 2 || reasons["expression_error"] != 1 {
+			t.Fatalf("dead letters by reason %v, want 2 expectation (o, c) and 1 expression_error", reasons)
+		}
+		check := func(when string) {
+			t.Helper()
+			got := map[string]int64{}
+			for _, f := range []string{"o", "c"} {
+				for _, e := range s.status(f).Expectations {
+					got[f+"/"+e.Expectation+"/"+e.Action] = e.Rows
+				}
+			}
+			want := map[string]int64{"o/positive/drop": 1, "o/small/warn": 1, "o//filtered": 1, "c/has_at/drop": 1}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s: expectation counts %v, want %v", when, got, want)
+			}
+		}
+		check("after the update")
+		s.updateWith(flows.Options{FullRefresh: true})
+		check("after a full refresh")
+
+		// A fail expectation stops the flow with nothing of the batch.
+		s2 := newStepper(t, broker.Addr(), d, strings.Replace(body, "on_violation: drop}\n      - {name: small", "on_violation: fail}\n      - {name: small", 1))
+		s2.produce(topic, `{"id":6,"amount":-1,"country":"NL"}`)
+		if err := s2.tryUpdateWith(flows.Options{}); err == nil || !strings.Contains(err.Error(), "expectation positive violated") {
+			t.Fatalf("update with a fail expectation violated: %v", err)
 		}
 	})
 }

@@ -2,7 +2,10 @@ package flows
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/checkpoint"
@@ -47,6 +50,18 @@ type FlowReport struct {
 	// docs/operations.md), and the first of their keys.
 	CutOvers    int64                     `json:"cut_overs,omitempty"`
 	CutOverKeys []checkpoint.CutOverEntry `json:"cut_over_keys,omitempty"`
+	// Expectations: per expectation of the flow (and its where filter,
+	// named ""), the records it counted in committed loads.
+	Expectations []ExpectationCount `json:"expectations,omitempty"`
+}
+
+// ExpectationCount is what one expectation (or the where filter) of a flow
+// counted: the records that violated it (action warn or drop) or that the
+// filter left out (action filtered).
+type ExpectationCount struct {
+	Expectation string `json:"expectation"`
+	Action      string `json:"action"`
+	Rows        int64  `json:"rows"`
 }
 
 // PartitionProgress is a Kafka partition's ledger position and lag.
@@ -79,9 +94,13 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	} else {
 		defer store.Close()
 	}
+	counts, err := expectationCounts(ctx, p, sink)
+	if err != nil {
+		return nil, err
+	}
 	for i := range p.Flows {
 		f := &p.Flows[i]
-		fr := FlowReport{Name: f.Name, Kind: f.Kind, Target: f.Target, Source: sourceKind(f)}
+		fr := FlowReport{Name: f.Name, Kind: f.Kind, Target: f.Target, Source: sourceKind(f), Expectations: counts[f.Name]}
 		if t, ok := totals[f.Name]; ok {
 			fr.Loads, fr.Rows, fr.DeadLetters = int(t.Loads), t.Rows, t.DeadLetters
 			at := t.LastAt
@@ -195,4 +214,40 @@ func consumerBase(p *spec.Pipeline, f *spec.Flow) (consumer.Config, error) {
 	cfg := consumer.Config{Brokers: p.Kafka.Brokers, Group: p.FlowGroup(f), Topic: f.Source.Kafka.Topic,
 		ClientID: "sluice-" + p.Pipeline + "-status"}
 	return cfg, kafkaSecurity(&cfg, p.Kafka)
+}
+
+// expectationCounts sums _sluice_expectations per flow of the pipeline
+// (the rows of a flow's loads before its last reset are gone with them).
+func expectationCounts(ctx context.Context, p *spec.Pipeline, sink sinks.Sink) (map[string][]ExpectationCount, error) {
+	need := false
+	for i := range p.Flows {
+		f := &p.Flows[i]
+		need = need || f.Where != "" || len(f.Expectations) > 0
+	}
+	if !need {
+		return nil, nil
+	}
+	b, err := sink.Scan(ctx, batch.ExpectationsTable)
+	if errors.Is(err, sinks.ErrUnknownTable) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ flow, exp, action string }
+	sums := map[key]int64{}
+	pipe, flow, exp, action, rows := b.Column("pipeline"), b.Column("flow"), b.Column("expectation"), b.Column("action"), b.Column("rows")
+	for i := range b.Len() {
+		if pipe.Strs[i] == p.Pipeline {
+			sums[key{flow.Strs[i], exp.Strs[i], action.Strs[i]}] += rows.Ints[i]
+		}
+	}
+	out := map[string][]ExpectationCount{}
+	for k, n := range sums {
+		out[k.flow] = append(out[k.flow], ExpectationCount{Expectation: k.exp, Action: k.action, Rows: n})
+	}
+	for _, l := range out {
+		slices.SortFunc(l, func(a, b ExpectationCount) int { return strings.Compare(a.Expectation+"/"+a.Action, b.Expectation+"/"+b.Action) })
+	}
+	return out, nil
 }

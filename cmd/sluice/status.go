@@ -95,6 +95,22 @@ func (g *globals) status(ctx context.Context, asJSON bool) error {
 		}
 	}
 	for _, f := range rep.Flows {
+		if len(f.Expectations) == 0 {
+			continue
+		}
+		fmt.Fprintf(g.stdout, "\n%s expectations:\n", f.Name)
+		tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  EXPECTATION\tON VIOLATION\tRECORDS")
+		for _, e := range f.Expectations {
+			name := e.Expectation
+			if e.Action == "filtered" {
+				name = "(where)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\n", name, e.Action, e.Rows)
+		}
+		tw.Flush()
+	}
+	for _, f := range rep.Flows {
 		if f.CutOvers == 0 {
 			continue
 		}

@@ -71,10 +71,41 @@ const (
 
 // Names of sluice's own tables and metadata columns.
 const (
-	DeadLettersTable = "_sluice_dead_letters"
-	LoadsTable       = "_sluice_loads"
-	LoadIDColumn     = "_sluice_load_id"
+	DeadLettersTable  = "_sluice_dead_letters"
+	ExpectationsTable = "_sluice_expectations"
+	LoadsTable        = "_sluice_loads"
+	LoadIDColumn      = "_sluice_load_id"
 )
+
+// FlowRowTables are sluice's own tables that loads write rows of their
+// flow into, with pipeline and flow columns: a reset of a flow removes its
+// rows, which its replay writes again.
+var FlowRowTables = []string{DeadLettersTable, ExpectationsTable}
+
+// IsFlowRowTable reports whether name is one of FlowRowTables.
+func IsFlowRowTable(name string) bool { return name == DeadLettersTable || name == ExpectationsTable }
+
+// ExpectationsSchema is the schema of _sluice_expectations: per load, how
+// many records each expectation of a flow counted (action warn or drop),
+// and how many its where filter left out (action filtered, expectation
+// empty).
+var ExpectationsSchema = Schema{Columns: []Column{
+	{Name: "pipeline", Type: String},
+	{Name: "flow", Type: String},
+	{Name: "target", Type: String},
+	{Name: "expectation", Type: String},
+	{Name: "action", Type: String},
+	{Name: "rows", Type: Int64},
+	{Name: "at", Type: Timestamp},
+}}
+
+// OwnSchema returns the schema of one of FlowRowTables.
+func OwnSchema(table string) Schema {
+	if table == ExpectationsTable {
+		return ExpectationsSchema
+	}
+	return DeadLetterSchema
+}
 
 // DeadLetterSchema is the schema of _sluice_dead_letters (without the load id
 // column, which sinks add like on every table).

@@ -177,7 +177,7 @@ func (c *checker) appendTarget(ti int, t *Table, flows []int) {
 			if len(f.Source.Columns()) == 0 {
 				continue // it decodes the table's columns, or Parquet's
 			}
-			c.fits(ti, t, f, f.SourceSchema(), nil, nil)
+			c.fits(ti, t, f, f.RecordSchema(), nil, nil)
 		}
 		return
 	}

@@ -193,6 +193,31 @@ func (c Column) Batch() batch.Column {
 	return batch.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
 }
 
+// ComputedColumn is a column a flow adds to each record from an expression
+// over the record's columns (and the computed columns before it).
+type ComputedColumn struct {
+	Name     string     `yaml:"name"`     // required
+	Type     batch.Type `yaml:"type"`     // required
+	Expr     string     `yaml:"expr"`     // required; its value converts to Type exactly or the record is a dead letter
+	Nullable bool       `yaml:"nullable"` // whether the expression may give nil
+	Line     int        `yaml:"-"`
+}
+
+// Expectation is a data contract on each record of a flow.
+type Expectation struct {
+	Name        string `yaml:"name"`         // required; unique in the flow
+	Expr        string `yaml:"expr"`         // required; boolean; false is a violation, null is not
+	OnViolation string `yaml:"on_violation"` // warn (default: count it), drop (dead letter), fail (stop the flow)
+	Line        int    `yaml:"-"`
+}
+
+// Expectation actions.
+const (
+	ViolationWarn = "warn"
+	ViolationDrop = "drop"
+	ViolationFail = "fail"
+)
+
 // Flow reads one source and writes one target table.
 type Flow struct {
 	Name   string `yaml:"name"`   // required; an identifier, not starting with _sluice_, unique
@@ -204,6 +229,12 @@ type Flow struct {
 	OnError string      `yaml:"on_error"` // dead_letter (default) or fail
 	Start   string      `yaml:"start"`    // kafka: earliest (default) or latest, for a partition with no position yet
 	Batch   BatchLimits `yaml:"batch"`
+
+	// Rules over each decoded record, in this order (append and auto_cdc
+	// flows; docs/schema.md): computed columns, a filter, expectations.
+	ComputedColumns []ComputedColumn `yaml:"computed_columns" json:",omitempty"` // appended to the record's columns
+	Where           string           `yaml:"where" json:",omitempty"`            // keep the records for which it is true
+	Expectations    []Expectation    `yaml:"expectations" json:",omitempty"`     // data contracts on each record
 
 	// Append flows.
 	Write       string       `yaml:"write"`       // append (default) or replace_partitions
@@ -433,6 +464,20 @@ func (f *Flow) SourceSchema() batch.Schema {
 		return f.fallback
 	}
 	return f.data
+}
+
+// RecordSchema returns the columns of the flow's records once decoded and
+// given their computed columns: SourceSchema, then ComputedColumns.
+func (f *Flow) RecordSchema() batch.Schema {
+	s := f.SourceSchema()
+	if len(f.ComputedColumns) == 0 {
+		return s
+	}
+	out := batch.Schema{Columns: slices.Clone(s.Columns)}
+	for _, c := range f.ComputedColumns {
+		out.Columns = append(out.Columns, batch.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable})
+	}
+	return out
 }
 
 // DevDataset points the destination at a fresh dataset of its own for a

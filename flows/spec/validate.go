@@ -397,6 +397,9 @@ var flowKeyKinds = []struct {
 	{"tombstone_retention", []string{KindAutoCDC, KindAutoCDCFromSnapshot}},
 	{"replay_valid_to", []string{KindAutoCDC}},
 	{"snapshot_version", []string{KindAutoCDCFromSnapshot}},
+	{"computed_columns", []string{KindAppend, KindAutoCDC}},
+	{"where", []string{KindAppend, KindAutoCDC}},
+	{"expectations", []string{KindAppend, KindAutoCDC}},
 	{"snapshot_version_type", []string{KindAutoCDCFromSnapshot}},
 }
 
@@ -457,10 +460,15 @@ func (c *checker) flows() {
 		}
 		f.fallback = batch.Schema{}
 		if target != nil && len(f.Source.Columns()) == 0 && needsColumns(&f.Source) {
+			// The target's columns, but those the flow computes.
 			f.fallback = targetSourceColumns(target)
+			f.fallback.Columns = slices.DeleteFunc(f.fallback.Columns, func(col batch.Column) bool {
+				return slices.ContainsFunc(f.ComputedColumns, func(cc ComputedColumn) bool { return cc.Name == col.Name })
+			})
 		}
 		c.source(i, f, kindOK, target)
 		c.common(i, f)
+		c.rules(i, f)
 		if !kindOK {
 			continue
 		}
@@ -670,8 +678,88 @@ func (c *checker) common(i int, f *Flow) {
 
 // schemaOf returns the flow's source schema and whether it is known.
 func schemaOf(f *Flow) (batch.Schema, bool) {
-	s := f.SourceSchema()
-	return s, len(s.Columns) > 0
+	if len(f.SourceSchema().Columns) == 0 {
+		return batch.Schema{}, false
+	}
+	return f.RecordSchema(), true
+}
+
+// recordEnv is the environment a flow's rules (computed columns, where,
+// expectations) compile against: the record's columns so far, by name.
+func recordEnv(s batch.Schema) map[string]any {
+	env := make(map[string]any, len(s.Columns))
+	for _, col := range s.Columns {
+		if col.Type.Kind != batch.KindInvalid {
+			env[col.Name] = reflect.Zero(ExprType(col.Type)).Interface()
+		}
+	}
+	return env
+}
+
+// rules checks a flow's computed columns, where and expectations: each
+// expression compiles against the record's columns before it (only its
+// syntax when the source's columns are not known before its data).
+func (c *checker) rules(i int, f *Flow) {
+	path := indexPath("flows", i)
+	src := f.SourceSchema()
+	known := len(src.Columns) > 0
+	env := map[string]any(nil)
+	if known {
+		env = recordEnv(src)
+	}
+	seen := map[string]bool{}
+	for j, cc := range f.ComputedColumns {
+		cp := indexPath(path+".computed_columns", j)
+		switch {
+		case cc.Name == "":
+			c.add(cp+".name", "required: the column's name")
+		case !identifier.MatchString(cc.Name) || strings.HasPrefix(cc.Name, reservedPrefix):
+			c.add(cp+".name", "%q is not a column name: letters, digits and underscores, not starting with a digit or %s", cc.Name, reservedPrefix)
+		case src.Index(cc.Name) >= 0 || seen[cc.Name]:
+			c.add(cp+".name", "column %q exists already: a computed column adds a new one", cc.Name)
+		}
+		seen[cc.Name] = true
+		if cc.Type.Kind == batch.KindInvalid && !c.bad[cp+".type"] {
+			c.add(cp+".type", "required: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes")
+		}
+		if cc.Expr == "" {
+			c.add(cp+".expr", "required: the expression giving the column's value")
+		} else if err := compileAny(cc.Expr, env); err != nil {
+			c.add(cp+".expr", "%v", err)
+		}
+		if env != nil && cc.Type.Kind != batch.KindInvalid {
+			env[cc.Name] = reflect.Zero(ExprType(cc.Type)).Interface()
+		}
+	}
+	if f.ReplayValidTo != "" && (len(f.ComputedColumns) > 0 || f.Where != "" || len(f.Expectations) > 0) {
+		c.add(path+".replay_valid_to", "computed_columns, where and expectations do not apply to a replay with replay_valid_to: filter the files instead")
+	}
+	if f.Where != "" {
+		if err := compileBool(f.Where, env); err != nil {
+			c.add(path+".where", "%v", err)
+		}
+	}
+	names := map[string]bool{}
+	for j, e := range f.Expectations {
+		ep := indexPath(path+".expectations", j)
+		switch {
+		case e.Name == "":
+			c.add(ep+".name", "required: the expectation's name")
+		case names[e.Name]:
+			c.add(ep+".name", "expectation %q is declared twice", e.Name)
+		}
+		names[e.Name] = true
+		if e.Expr == "" {
+			c.add(ep+".expr", "required: a boolean expression over the record")
+		} else if err := compileBool(e.Expr, env); err != nil {
+			c.add(ep+".expr", "%v", err)
+		}
+		switch e.OnViolation {
+		case "", ViolationWarn, ViolationDrop, ViolationFail:
+		default:
+			c.add(ep+".on_violation", "unknown value %q: warn, drop or fail", e.OnViolation)
+		}
+	}
 }
 
 func (c *checker) appendFlow(i int, f *Flow) {
@@ -1073,6 +1161,24 @@ func exprEnv(f *Flow, s batch.Schema, known bool) map[string]any {
 // ExprType is the Go type a value of column type t has in an expression
 // (cdc.ExprType).
 func ExprType(t batch.Type) reflect.Type { return cdc.ExprType(t) }
+
+// compileAny compiles an expression of any type against env; a nil env
+// checks the syntax only.
+func compileAny(src string, env map[string]any) error {
+	opts := []expr.Option{expr.AllowUndefinedVariables()}
+	if env != nil {
+		opts = []expr.Option{expr.Env(env)}
+	}
+	if _, err := expr.Compile(src, opts...); err != nil {
+		var fe *file.Error
+		if errors.As(err, &fe) {
+			return fmt.Errorf("expression %q: %s (at character %d)", src, fe.Message, fe.Column+1)
+		}
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		return fmt.Errorf("expression %q: %s", src, msg)
+	}
+	return nil
+}
 
 // compileBool compiles a boolean expression against env; a nil env checks
 // the syntax only.

@@ -86,6 +86,8 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 ) ENGINE = MergeTree ORDER BY (pipeline, flow, slot, committed_at, load_id)`},
 		{"create " + batch.DeadLettersTable, s.createSQL(batch.DeadLettersTable, batch.DeadLetterSchema.Columns,
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
+		{"create " + batch.ExpectationsTable, s.createSQL(batch.ExpectationsTable, batch.ExpectationsSchema.Columns,
+			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
 		{"create " + stateTable, chsql.StateDDL(s.opts.Database)},
 		{"create " + heartbeatsTable, "CREATE TABLE IF NOT EXISTS " + s.table(heartbeatsTable) + ` (
 	pipeline String, id String, kind String, host String, pid Int64,
@@ -149,7 +151,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 	b.WriteString(" (\n")
 	for _, c := range cols {
 		b.WriteString("\t")
-		b.WriteString(columnDef(c, s.feat, name == batch.DeadLettersTable))
+		b.WriteString(columnDef(c, s.feat, batch.IsFlowRowTable(name)))
 		b.WriteString(",\n")
 	}
 	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String\n) ENGINE = MergeTree")

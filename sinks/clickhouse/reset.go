@@ -82,7 +82,7 @@ var _ sinks.Resetter = (*Sink)(nil)
 // Tables keep their schema; a missing table is skipped.
 func (s *Sink) Reset(ctx context.Context, tables, flows []string) error {
 	for _, t := range tables {
-		if !chsql.ValidIdent(t) || (strings.HasPrefix(t, sluicePrefix) && t != batch.DeadLettersTable) {
+		if !chsql.ValidIdent(t) || (strings.HasPrefix(t, sluicePrefix) && !batch.IsFlowRowTable(t)) {
 			return fmt.Errorf("clickhouse: reset: %q is not a table that can be emptied", t)
 		}
 	}
@@ -212,13 +212,22 @@ func (s *Sink) applyReset(ctx context.Context, r resetRow, tables []string) erro
 	return nil
 }
 
-// dropDeadLetters removes the dead letters of a reset's flows (of its
-// pipeline; of every pipeline when it has none): their loads are
-// forgotten, and replaying them writes their dead letters again, so that
-// each dead letter is in _sluice_dead_letters once. It runs before any
-// load of the flows after the reset commits (see rollResets).
+// dropDeadLetters removes the rows of a reset's flows (of its pipeline; of
+// every pipeline when it has none) from the flow-row tables (dead letters,
+// expectation counts): their loads are forgotten, and replaying them writes
+// those rows again, so that each is there once. It runs before any load of
+// the flows after the reset commits (see rollResets).
 func (s *Sink) dropDeadLetters(ctx context.Context, r resetRow) error {
-	if len(r.flows) == 0 || slices.Contains(r.tables, batch.DeadLettersTable) {
+	for _, own := range batch.FlowRowTables {
+		if err := s.dropFlowRows(ctx, r, own); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Sink) dropFlowRows(ctx context.Context, r resetRow, table string) error {
+	if len(r.flows) == 0 || slices.Contains(r.tables, table) {
 		return nil // no flows, or the table was emptied whole
 	}
 	cond := "flow IN (" + chsql.Placeholders(len(r.flows)) + ")"
@@ -230,21 +239,21 @@ func (s *Sink) dropDeadLetters(ctx context.Context, r resetRow) error {
 		cond += " AND pipeline = ?"
 		args = append(args, r.pipeline)
 	}
-	n, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(batch.DeadLettersTable)+" WHERE "+cond, args...)
+	n, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(table)+" WHERE "+cond, args...)
 	if err != nil || n == 0 {
 		return err
 	}
-	if err := s.waitMutations(ctx, batch.DeadLettersTable); err != nil {
+	if err := s.waitMutations(ctx, table); err != nil {
 		return err
 	}
-	if err := s.exec(ctx, "remove the dead letters of "+strings.Join(r.flows, ","),
-		"ALTER TABLE "+s.table(batch.DeadLettersTable)+" DELETE WHERE "+cond, args...); err != nil {
+	if err := s.exec(ctx, "remove the rows of "+strings.Join(r.flows, ",")+" from "+table,
+		"ALTER TABLE "+s.table(table)+" DELETE WHERE "+cond, args...); err != nil {
 		return err
 	}
-	if err := s.waitMutations(ctx, batch.DeadLettersTable); err != nil {
+	if err := s.waitMutations(ctx, table); err != nil {
 		return err
 	}
-	s.log.Info("reset: dead letters of the flows removed", "reset", r.id, "flows", r.flows, "dead_letters", n)
+	s.log.Info("reset: rows of the flows removed", "reset", r.id, "table", table, "flows", r.flows, "rows", n)
 	return nil
 }
 
@@ -376,7 +385,9 @@ func (s *Sink) writtenSince(ctx context.Context, at time.Time) (map[string]bool,
 		if !withMicros(c, us).After(at) {
 			continue
 		}
-		out[batch.DeadLettersTable] = true
+		for _, own := range batch.FlowRowTables {
+			out[own] = true
+		}
 		for _, t := range strings.Split(targets, ",") {
 			out[t] = true
 		}

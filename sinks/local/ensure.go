@@ -226,14 +226,18 @@ func nullability(c batch.Column) string {
 // schema may add nullable columns to a stored one (rows loaded before read
 // them as NULL); any other difference is an error naming it.
 func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
-	all := append([]sinks.Table{{Name: batch.DeadLettersTable, Schema: batch.DeadLetterSchema}}, tables...)
+	var all []sinks.Table
+	for _, own := range batch.FlowRowTables {
+		all = append(all, sinks.Table{Name: own, Schema: batch.OwnSchema(own)})
+	}
+	all = append(all, tables...)
 	var errs *multierror.Error
 	seen := map[string]bool{}
 	for i, t := range all {
 		switch {
 		case !tableName.MatchString(t.Name) || t.Name == stateDir:
 			errs = multierror.Append(errs, fmt.Errorf("table %q: not a valid table name", t.Name))
-		case i > 0 && strings.HasPrefix(t.Name, "_sluice"):
+		case i >= len(batch.FlowRowTables) && strings.HasPrefix(t.Name, "_sluice"):
 			errs = multierror.Append(errs, fmt.Errorf("table %s: names starting with _sluice are reserved", t.Name))
 		case seen[t.Name]:
 			errs = multierror.Append(errs, fmt.Errorf("table %s is declared twice", t.Name))

@@ -238,9 +238,12 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 			for _, t := range r.Tables {
 				add(t, &pending[i])
 			}
-			if len(r.Flows) > 0 && !slices.Contains(r.Tables, batch.DeadLettersTable) {
-				// The reset's flows lose their dead letters (reset.go).
-				add(batch.DeadLettersTable, &pending[i])
+			for _, own := range batch.FlowRowTables {
+				if len(r.Flows) > 0 && !slices.Contains(r.Tables, own) {
+					// The reset's flows lose their dead letters and
+					// expectation counts (reset.go).
+					add(own, &pending[i])
+				}
 			}
 		}
 		for _, r := range pending[i].Replace {

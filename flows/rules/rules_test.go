@@ -1,0 +1,130 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+)
+
+func source() batch.Schema {
+	return batch.Schema{Columns: []batch.Column{
+		{Name: "id", Type: batch.Int64},
+		{Name: "amount", Type: batch.Float64, Nullable: true},
+		{Name: "country", Type: batch.String, Nullable: true},
+	}}
+}
+
+func rows(t *testing.T, vals ...[3]any) *batch.Batch {
+	t.Helper()
+	b := batch.New(source(), len(vals))
+	for _, r := range vals {
+		b.Vectors[0].AppendInt(int64(r[0].(int)))
+		if r[1] == nil {
+			b.Vectors[1].AppendNull()
+		} else {
+			b.Vectors[1].AppendFloat(r[1].(float64))
+		}
+		if r[2] == nil {
+			b.Vectors[2].AppendNull()
+		} else {
+			b.Vectors[2].AppendString(r[2].(string))
+		}
+	}
+	return b
+}
+
+func TestApply(t *testing.T) {
+	f := &spec.Flow{
+		ComputedColumns: []spec.ComputedColumn{
+			{Name: "cents", Type: batch.Int64, Nullable: true, Expr: "amount * 100"},
+			{Name: "big", Type: batch.Bool, Nullable: true, Expr: "cents > 1000"},
+		},
+		Where: "id != 4",
+		Expectations: []spec.Expectation{
+			{Name: "positive", Expr: "amount > 0", OnViolation: spec.ViolationDrop},
+			{Name: "known_country", Expr: "country != nil"},
+		},
+	}
+	r, err := New(f, source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := rows(t,
+		[3]any{1, 12.5, "NL"},  // kept: cents 1250, big
+		[3]any{2, -1.0, "NL"},  // dropped: positive
+		[3]any{3, nil, "NL"},   // kept: a null amount violates nothing
+		[3]any{4, 1.0, "XX"},   // filtered
+		[3]any{5, 2.0, nil},    // kept, known_country counted
+		[3]any{6, 0.001, "NL"}, // a dead letter: 0.1 cents is not an int64
+	)
+	res := r.Apply(in)
+	if res.Failed != nil {
+		t.Fatalf("failed: %+v", res.Failed)
+	}
+	var got []string
+	for i := range res.Batch.Len() {
+		var parts []string
+		for _, v := range res.Batch.Row(i) {
+			parts = append(parts, strings.TrimSpace(strings.ReplaceAll(fmtAny(v), "<nil>", "∅")))
+		}
+		got = append(got, strings.Join(parts, ","))
+	}
+	want := []string{"1,12.5,NL,1250,true", "3,∅,NL,∅,∅", "5,2,∅,200,false"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("rows %q, want %q", got, want)
+	}
+	if len(res.Rows) != 3 || res.Rows[1] != 2 || res.Filtered != 1 {
+		t.Fatalf("rows %v, filtered %d", res.Rows, res.Filtered)
+	}
+	if res.Violated["positive"] != 1 || res.Violated["known_country"] != 1 {
+		t.Fatalf("violations %v", res.Violated)
+	}
+	if len(res.Rejects) != 2 || res.Rejects[0].Row != 1 || res.Rejects[0].Reason != ReasonExpectation ||
+		!strings.Contains(res.Rejects[0].Msg, "expectation positive violated: amount > 0") ||
+		res.Rejects[1].Row != 5 || res.Rejects[1].Reason != ReasonExpression || !strings.Contains(res.Rejects[1].Msg, "computed column cents") {
+		t.Fatalf("rejects %+v", res.Rejects)
+	}
+}
+
+func TestFail(t *testing.T) {
+	f := &spec.Flow{Expectations: []spec.Expectation{{Name: "id_small", Expr: "id < 3", OnViolation: spec.ViolationFail}}}
+	r, err := New(f, source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Apply(rows(t, [3]any{1, 1.0, "NL"}, [3]any{7, 1.0, "NL"}))
+	if res.Failed == nil || res.Failed.Row != 1 || !strings.Contains(res.Failed.Msg, "id_small") {
+		t.Fatalf("failed %+v, want row 1 violating id_small", res.Failed)
+	}
+}
+
+func TestNoRules(t *testing.T) {
+	if r, err := New(&spec.Flow{}, source()); r != nil || err != nil {
+		t.Fatalf("New without rules = %v, %v; want nil", r, err)
+	}
+}
+
+func fmtAny(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "∅"
+	case float64:
+		return strconvF(x)
+	}
+	return strings.TrimSpace(strings.Trim(fmtSprint(v), "[]"))
+}
+
+// TestWhereNull checks that a filter that is null for a row (a comparison
+// with a null value) leaves the row out, as SQL's WHERE does.
+func TestWhereNull(t *testing.T) {
+	r, err := New(&spec.Flow{Where: `country != "XX"`}, source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Apply(rows(t, [3]any{1, 1.0, nil}, [3]any{2, 1.0, "NL"}, [3]any{3, 1.0, "XX"}))
+	if len(res.Rows) != 1 || res.Rows[0] != 1 || res.Filtered != 2 {
+		t.Fatalf("kept rows %v, filtered %d; want row 1 only, 2 filtered", res.Rows, res.Filtered)
+	}
+}
