@@ -44,7 +44,7 @@ type appendHandler struct {
 	r     *runner
 	flow  *spec.Flow
 	rules *flowRules // nil when the flow has none
-	pool  sync.Pool // of *decode.JSON: a decoder is not safe for concurrent use
+	pool  sync.Pool  // of *decode.JSON: a decoder is not safe for concurrent use
 }
 
 func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {

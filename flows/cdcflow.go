@@ -136,7 +136,7 @@ type cdcHandler struct {
 	cfg    cdc.Config
 	engine *cdc.Engine
 	rules  *flowRules // nil when the flow has none
-	pool   sync.Pool // of *decode.JSON or *decode.Debezium: decoders are not safe for concurrent use
+	pool   sync.Pool  // of *decode.JSON or *decode.Debezium: decoders are not safe for concurrent use
 	// debezium: the source is Debezium envelopes; ops from the envelope
 	// decide unless the flow sets apply_as_deletes or apply_as_truncates.
 	debezium bool

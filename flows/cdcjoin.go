@@ -28,12 +28,12 @@ type joinedLoad struct {
 
 // joinedBatch is one partition's batch in a joined load.
 type joinedBatch struct {
-	rb   *consumer.RecordBatch
+	rb     *consumer.RecordBatch
 	in     cdc.Input
 	dls    []batch.DeadLetter
 	counts *batch.Batch
 	done   chan struct{} // closed when the load ended, err set
-	err  error
+	err    error
 }
 
 // join adds b to the load forming, or starts one; lead is true for the

@@ -247,7 +247,9 @@ func expectationCounts(ctx context.Context, p *spec.Pipeline, sink sinks.Sink) (
 		out[k.flow] = append(out[k.flow], ExpectationCount{Expectation: k.exp, Action: k.action, Rows: n})
 	}
 	for _, l := range out {
-		slices.SortFunc(l, func(a, b ExpectationCount) int { return strings.Compare(a.Expectation+"/"+a.Action, b.Expectation+"/"+b.Action) })
+		slices.SortFunc(l, func(a, b ExpectationCount) int {
+			return strings.Compare(a.Expectation+"/"+a.Action, b.Expectation+"/"+b.Action)
+		})
 	}
 	return out, nil
 }

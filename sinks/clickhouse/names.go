@@ -36,7 +36,7 @@ const (
 	// microseconds since the epoch with this comment: DateTime would cut
 	// the fraction of a second.
 	timestampComment = "sluice:timestamp_us"
-	maxLoadID    = 64
+	maxLoadID        = 64
 )
 
 // encodeID maps a load id or owner id onto [A-Za-z0-9_]: letters and digits
