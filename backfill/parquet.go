@@ -103,7 +103,11 @@ func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions)
 		if consts[i] != nil {
 			continue
 		}
-		pc := pf.Root().Column(c.Name)
+		field := c.Name
+		if fn, ok := opts.Fields[c.Name]; ok {
+			field = fn
+		}
+		pc := pf.Root().Column(field)
 		if pc == nil {
 			if !c.Nullable {
 				return nil, &FileError{File: f.Name, Column: c.Name, Err: errors.New("missing from the file, and the column is not nullable")}

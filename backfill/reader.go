@@ -62,6 +62,9 @@ type ReadOptions struct {
 	// Units names the unit of JSONL timestamp columns that hold integers
 	// (decode.Units); Parquet files type their own.
 	Units decode.Units
+	// Fields names, for a wanted column whose name in a Parquet file is
+	// another (a name from the data, normalized), that name.
+	Fields map[string]string
 }
 
 func (o *ReadOptions) defaults() {

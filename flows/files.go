@@ -347,10 +347,11 @@ const maxFilesLoadsInFlight = 2
 // readSchema is how a files flow reads its files.
 type readSchema struct {
 	format string
-	wanted batch.Schema // the columns read
-	hive   batch.Schema // the Hive columns of the files, typed
-	inRead batch.Schema // those of them read
-	units  decode.Units // of its JSONL timestamp columns
+	wanted batch.Schema      // the columns read
+	hive   batch.Schema      // the Hive columns of the files, typed
+	inRead batch.Schema      // those of them read
+	units  decode.Units      // of its JSONL timestamp columns
+	fields map[string]string // of its columns named otherwise in the files
 }
 
 // filesSchema works out the columns a files flow reads: the source's
@@ -358,7 +359,7 @@ type readSchema struct {
 // the first Parquet file's. reading says whether any file is to be read.
 func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) (readSchema, error) {
 	src := f.Source.Files
-	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p)}
+	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p), fields: r.fieldsOf(f)}
 	if rs.format == "" {
 		rs.format = backfill.FormatOf(src.Path)
 	}
@@ -393,7 +394,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 
 // open opens a file to read from row start.
 func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
-	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units})
+	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Fields: rs.fields})
 }
 
 // showProgress shows a flow's file progress (Options.Progress) until stop.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/naming"
 	"github.com/sluicehq/sluice/flows/spec"
 )
 
@@ -44,20 +45,67 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 			}
 		}
 	}
-	s, err := unionFileSchemas(files)
-	if err != nil || !hive || len(s.Columns) == 0 {
-		return s, err
+	raw, err := unionFileSchemas(files)
+	if err != nil {
+		return batch.Schema{}, err
+	}
+	s, fields, err := r.normalize(raw)
+	if err != nil {
+		return batch.Schema{}, err
+	}
+	r.fields[f.Name] = fields
+	if !hive || len(s.Columns) == 0 {
+		return s, nil
 	}
 	h, err := backfill.HiveTypes(files, s)
 	if err != nil {
 		return batch.Schema{}, err
 	}
 	for _, c := range h.Columns {
-		if s.Index(c.Name) < 0 {
+		switch {
+		case s.Index(c.Name) < 0:
 			s.Columns = append(s.Columns, c)
+		case fields[c.Name] != "":
+			return batch.Schema{}, fmt.Errorf("column %s of the files becomes %s, the name of a Hive segment of their path: rename one, or set naming: direct", fields[c.Name], c.Name)
 		}
 	}
 	return s, nil
+}
+
+// normalize names the columns of a schema from the data by the pipeline's
+// naming (docs/schema.md#names), and returns, for each column renamed, its
+// name in the data.
+func (r *runner) normalize(raw batch.Schema) (batch.Schema, map[string]string, error) {
+	if r.p.Naming == spec.NamingDirect {
+		return raw, nil, nil
+	}
+	out := batch.Schema{Columns: make([]batch.Column, len(raw.Columns))}
+	var fields map[string]string
+	from := map[string]string{}
+	for i, c := range raw.Columns {
+		name := naming.SnakeCase(c.Name)
+		if other, dup := from[name]; dup {
+			return batch.Schema{}, nil, fmt.Errorf("columns %q and %q of the files both become %s under naming: snake_case: rename one, or set naming: direct", other, c.Name, name)
+		}
+		from[name] = c.Name
+		if name != c.Name {
+			if fields == nil {
+				fields = map[string]string{}
+			}
+			fields[name] = c.Name
+		}
+		c.Name = name
+		out.Columns[i] = c
+	}
+	return out, fields, nil
+}
+
+// fieldsOf returns, for a data-told flow, the name in its files of each
+// column whose name was normalized.
+func (r *runner) fieldsOf(f *spec.Flow) map[string]string {
+	r.dataMu.RLock()
+	defer r.dataMu.RUnlock()
+	return r.fields[f.Name]
 }
 
 // unionFileSchemas merges the Parquet schemas of files in order of first
@@ -136,7 +184,11 @@ func (r *runner) checkDataColumns(f *spec.Flow, todo []backfill.File, wanted bat
 	if !f.DataTold(r.p) || len(todo) == 0 {
 		return nil
 	}
-	s, err := unionFileSchemas(todo)
+	raw, err := unionFileSchemas(todo)
+	if err != nil {
+		return err
+	}
+	s, _, err := r.normalize(raw)
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,14 @@ package flows_test
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
@@ -24,6 +27,16 @@ type wideRow struct {
 	Name  string  `parquet:"name"`
 	Score *int64  `parquet:"score,optional"`
 	Note  *string `parquet:"note,optional"`
+}
+
+type namedRow struct {
+	OrderID  int64  `parquet:"orderID"`
+	UserName string `parquet:"User Name"`
+}
+
+type clashRow struct {
+	A string `parquet:"userName"`
+	B string `parquet:"user_name"`
 }
 
 type historyRow struct {
@@ -98,6 +111,56 @@ flows:
 			s.update()
 			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,a,∞,∞", "2,b,9,∞"}; !slices.Equal(got, want) {
 				t.Fatalf("rows after a new column %q, want %q", got, want)
+			}
+			if dname == "local" {
+				// parquet-go alone reads the table's files as docs/local.md
+				// says DuckDB does (union_by_name): the older file has no
+				// score, which reads as NULL.
+				got := readLocalTable(t, filepath.Join(s.p.Path(s.p.Destination.Local.Path), "raw"))
+				if want := []string{"1,a,<nil>", "2,b,9"}; !slices.Equal(got, want) {
+					t.Fatalf("the table's files read by parquet-go: %q, want %q", got, want)
+				}
+			}
+		})
+		t.Run("names-normalized", func(t *testing.T) {
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: raw
+flows:
+  - name: bf
+    target: raw
+    kind: append
+    source: {files: {path: "in/*.parquet"}}
+`)
+			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []namedRow{{1, "ann"}, {2, "bob"}})
+			s.update()
+			sink, err := destination.Open(t.Context(), s.p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sink.Close()
+			b, err := sink.Scan(t.Context(), "raw")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := b.Schema.Names(); !slices.Equal(got[:2], []string{"order_id", "user_name"}) {
+				t.Fatalf("columns %q, want order_id, user_name first", got)
+			}
+			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,ann", "2,bob"}; !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+		})
+		t.Run("names-that-collide", func(t *testing.T) {
+			s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: raw
+flows:
+  - name: bf
+    target: raw
+    kind: append
+    source: {files: {path: "in/*.parquet"}}
+`)
+			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []clashRow{{"a", "b"}})
+			if err := s.tryUpdateWith(flows.Options{}); err == nil || !strings.Contains(err.Error(), `"userName" and "user_name" of the files both become user_name`) {
+				t.Fatalf("update: %v, want the collision named", err)
 			}
 		})
 		t.Run("snapshots", func(t *testing.T) {
@@ -440,4 +503,38 @@ flows:
 			t.Fatalf("update with a fail expectation violated: %v", err)
 		}
 	})
+}
+
+// readLocalTable reads every Parquet file of a local table's current
+// version with parquet-go, by column name, as id,name,score.
+func readLocalTable(t *testing.T, dir string) []string {
+	t.Helper()
+	type row struct {
+		ID    int64  `parquet:"id"`
+		Name  string `parquet:"name"`
+		Score *int64 `parquet:"score,optional"`
+	}
+	var out []string
+	err := filepath.WalkDir(dir+"/", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".parquet") {
+			return err
+		}
+		rows, err := parquet.ReadFile[row](path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for _, r := range rows {
+			score := "<nil>"
+			if r.Score != nil {
+				score = fmt.Sprint(*r.Score)
+			}
+			out = append(out, fmt.Sprintf("%d,%s,%s", r.ID, r.Name, score))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -75,6 +75,7 @@ const (
 type Pipeline struct {
 	Pipeline    string      `yaml:"pipeline"`    // required; [a-z][a-z0-9_]*
 	Timezone    string      `yaml:"timezone"`    // IANA zone name; default "UTC"
+	Naming      string      `yaml:"naming"`      // names from the data: snake_case (default) or direct
 	Metrics     *Metrics    `yaml:"metrics"`     // nil: no metrics endpoint
 	Kafka       *Kafka      `yaml:"kafka"`       // required when a flow reads Kafka
 	Destination Destination `yaml:"destination"` // required: exactly one of local or clickhouse
@@ -210,6 +211,12 @@ type Expectation struct {
 	OnViolation string `yaml:"on_violation"` // warn (default: count it), drop (dead letter), fail (stop the flow)
 	Line        int    `yaml:"-"`
 }
+
+// How names from the data become column names (Pipeline.Naming).
+const (
+	NamingSnakeCase = "snake_case"
+	NamingDirect    = "direct"
+)
 
 // Expectation actions.
 const (

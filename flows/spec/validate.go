@@ -90,6 +90,9 @@ func (p *Pipeline) applyDefaults() {
 	if p.Timezone == "" {
 		p.Timezone = DefaultTimezone
 	}
+	if p.Naming == "" {
+		p.Naming = NamingSnakeCase
+	}
 	p.Location, _ = time.LoadLocation(p.Timezone)
 	if p.Kafka != nil && p.Kafka.SASL != nil {
 		p.Kafka.SASL.Mechanism = strings.ToUpper(p.Kafka.SASL.Mechanism)
@@ -149,6 +152,11 @@ func (c *checker) top() {
 		c.add("pipeline", "required: the pipeline's name, [a-z][a-z0-9_]*")
 	case !pipelineName.MatchString(p.Pipeline):
 		c.add("pipeline", "%q is not a pipeline name: write [a-z][a-z0-9_]* (lowercase letters, digits, _)", p.Pipeline)
+	}
+	switch p.Naming {
+	case "", NamingSnakeCase, NamingDirect:
+	default:
+		c.add("naming", "unknown value %q: snake_case or direct (how names from the data become column names)", p.Naming)
 	}
 	if p.Timezone != "" {
 		if _, err := time.LoadLocation(p.Timezone); err != nil {
