@@ -59,7 +59,7 @@
 //
 // A table Ensure creates with sinks.KindSCD1 or KindSCD2 is a CDC target:
 // Begin's loads implement sinks.CDCLoad, and Write to it is refused; Ensure
-// refuses to change its kind or keys (a full refresh recreates it). Its
+// refuses to change its kind or keys (a new table name takes the new ones). Its
 // folder shows exactly its logical content (one row per key, or per
 // version), so Scan returns its declared columns and no _sluice_ column.
 // Each row's identity (the engine's encoded key, and its sequence: the

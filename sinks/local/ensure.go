@@ -275,9 +275,9 @@ func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 				err = multierror.Append(err, fmt.Errorf("partition_by changed from %v to %v", stored.PartitionBy, t.PartitionBy))
 			}
 			if d := defOf(t); stored.Kind != d.Kind {
-				err = multierror.Append(err, fmt.Errorf("kind changed from %s to %s (a full refresh is needed)", kindName(stored.Kind), kindName(d.Kind)))
+				err = multierror.Append(err, fmt.Errorf("kind changed from %s to %s: the SCD type of a target cannot change in place; restore stored_as_scd_type, or write a new table (a full refresh into another name)", kindName(stored.Kind), kindName(d.Kind)))
 			} else if !slices.Equal(stored.Keys, d.Keys) {
-				err = multierror.Append(err, fmt.Errorf("keys changed from %v to %v (a full refresh is needed)", stored.Keys, d.Keys))
+				err = multierror.Append(err, fmt.Errorf("keys changed from %v to %v: the keys of a target cannot change in place; restore the keys, or write a new table (a full refresh into another name)", stored.Keys, d.Keys))
 			}
 			if err != nil {
 				err = fmt.Errorf("stored schema differs: %w", err)
