@@ -22,6 +22,17 @@ import (
 // Tables whose columns come from the data: Parquet files carry their own
 // schema, and a target that declares none takes it (docs/schema.md).
 
+// rawFromFiles is a table that declares no columns, written by a Parquet
+// files flow that declares none either.
+const rawFromFiles = `tables:
+  - name: raw
+flows:
+  - name: bf
+    target: raw
+    kind: append
+    source: {files: {path: "in/*.parquet"}}
+`
+
 type wideRow struct {
 	ID    int64   `parquet:"id"`
 	Name  string  `parquet:"name"`
@@ -88,14 +99,7 @@ flows:
 			}
 		})
 		t.Run("created-when-first-files-arrive", func(t *testing.T) {
-			s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: raw
-flows:
-  - name: bf
-    target: raw
-    kind: append
-    source: {files: {path: "in/*.parquet"}}
-`)
+			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
 			s.update()
 			if err := s.tryScan("raw"); !errors.Is(err, sinks.ErrUnknownTable) {
 				t.Fatalf("scan before any file: %v, want ErrUnknownTable", err)
@@ -123,14 +127,7 @@ flows:
 			}
 		})
 		t.Run("names-normalized", func(t *testing.T) {
-			s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: raw
-flows:
-  - name: bf
-    target: raw
-    kind: append
-    source: {files: {path: "in/*.parquet"}}
-`)
+			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
 			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []namedRow{{1, "ann"}, {2, "bob"}})
 			s.update()
 			sink, err := destination.Open(t.Context(), s.p, nil)
@@ -150,14 +147,7 @@ flows:
 			}
 		})
 		t.Run("names-that-collide", func(t *testing.T) {
-			s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: raw
-flows:
-  - name: bf
-    target: raw
-    kind: append
-    source: {files: {path: "in/*.parquet"}}
-`)
+			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
 			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []clashRow{{"a", "b"}})
 			if err := s.tryUpdateWith(flows.Options{}); err == nil || !strings.Contains(err.Error(), `"userName" and "user_name" of the files both become user_name`) {
 				t.Fatalf("update: %v, want the collision named", err)

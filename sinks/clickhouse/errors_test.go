@@ -83,27 +83,21 @@ func TestRangeErrors(t *testing.T) {
 	if s.feat.date32 {
 		early = time.Date(1800, 1, 2, 0, 0, 0, 0, time.UTC)
 	}
-	tests := []struct {
+	type rangeCase struct {
 		name  string
 		col   int
 		value time.Time
 		text  string
-	}{
+	}
+	tests := []rangeCase{
 		{"date too early", 0, early, early.Format(time.DateOnly)},
 		{"date too late", 0, late, late.Format(time.DateOnly)},
 	}
 	if s.feat.dateTime64 {
 		// Without DateTime64 a timestamp is an Int64 of microseconds: any
 		// int64 fits.
-		tests = append(tests, []struct {
-			name  string
-			col   int
-			value time.Time
-			text  string
-		}{
-			{"timestamp too early", 1, early, early.Format(time.RFC3339)},
-			{"timestamp too late", 1, late, late.Format(time.RFC3339)},
-		}...)
+		tests = append(tests, rangeCase{"timestamp too early", 1, early, early.Format(time.RFC3339)},
+			rangeCase{"timestamp too late", 1, late, late.Format(time.RFC3339)})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
