@@ -528,18 +528,25 @@ func infoOf(t reflect.Type) *structInfo {
 }
 
 func init() {
-	// Build the field tables up front so that decoding never writes the
-	// shared map (Parse runs concurrently in tests and fuzzing).
-	infoOf(reflect.TypeFor[Pipeline]())
-	for _, t := range []reflect.Type{
-		reflect.TypeFor[Metrics](), reflect.TypeFor[Kafka](), reflect.TypeFor[TLS](), reflect.TypeFor[SASL](),
-		reflect.TypeFor[Destination](), reflect.TypeFor[Local](), reflect.TypeFor[ClickHouse](),
-		reflect.TypeFor[Table](), reflect.TypeFor[Column](), reflect.TypeFor[Flow](), reflect.TypeFor[BatchLimits](),
-		reflect.TypeFor[Incremental](), reflect.TypeFor[Source](), reflect.TypeFor[KafkaSource](),
-		reflect.TypeFor[FilesSource](), reflect.TypeFor[SnapshotsSource](),
-	} {
-		infoOf(t)
+	// Build the field tables of every struct the spec holds up front, so
+	// that decoding never writes the shared map (Parse runs concurrently).
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || t.PkgPath() != reflect.TypeFor[Pipeline]().PkgPath() {
+			return
+		}
+		if _, done := structInfos[t]; done {
+			return
+		}
+		si := infoOf(t)
+		for _, name := range si.names {
+			walk(t.Field(si.fields[name].index).Type)
+		}
 	}
+	walk(reflect.TypeFor[Pipeline]())
 }
 
 // decode decodes the root node into p.

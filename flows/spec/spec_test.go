@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -475,5 +476,16 @@ func TestExprEnv(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("ExprEnv (-want +got):\n%s", diff)
+	}
+}
+
+// TestEveryStructOfTheSpecIsKnownUpFront checks that decoding never adds
+// to the shared table of struct fields (which would race under concurrent
+// Parse): every struct type of the spec is in it from init.
+func TestEveryStructOfTheSpecIsKnownUpFront(t *testing.T) {
+	for _, typ := range []reflect.Type{reflect.TypeFor[ComputedColumn](), reflect.TypeFor[Expectation](), reflect.TypeFor[Column](), reflect.TypeFor[Incremental]()} {
+		if _, ok := structInfos[typ]; !ok {
+			t.Errorf("%v is not in the field tables built at init", typ)
+		}
 	}
 }

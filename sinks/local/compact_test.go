@@ -367,7 +367,14 @@ func TestSmallLoadsKeepFewFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		from = int64(i + 1)
+		// Under the lock: the background compaction publishes meanwhile,
+		// and removes superseded versions at once (KeepVersions -1).
+		unlock, err := s.lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 		m, err := s.current("orders")
+		unlock()
 		if err != nil {
 			t.Fatal(err)
 		}
