@@ -109,3 +109,62 @@ func (r *runner) refresh(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ensure creates or checks the pipeline's tables. A table whose stored
+// definition changed (sinks.ErrTableChanged) that this run's refresh
+// empties is left for recreate, after the refresh; any other refusal is
+// an error, which for a changed table names the refresh that would
+// recreate it.
+func (r *runner) ensure(ctx context.Context) (changed []string, err error) {
+	all := Tables(r.p)
+	err = r.sink.Ensure(ctx, all)
+	if err == nil || !errors.Is(err, sinks.ErrTableChanged) {
+		return nil, err
+	}
+	refreshed, _, _ := refreshSet(r.p, r.opts.FullRefresh, r.opts.Refresh)
+	_, dropper := r.sink.(sinks.Dropper)
+	var keep []sinks.Table
+	var refusals []string
+	for _, t := range all {
+		terr := r.sink.Ensure(ctx, []sinks.Table{t})
+		switch {
+		case terr == nil:
+			keep = append(keep, t)
+		case errors.Is(terr, sinks.ErrTableChanged) && dropper && slices.Contains(refreshed, t.Name):
+			changed = append(changed, t.Name)
+		case errors.Is(terr, sinks.ErrTableChanged):
+			var names []string
+			for _, f := range r.p.FlowsOf(t.Name) {
+				names = append(names, f.Name)
+			}
+			refusals = append(refusals, fmt.Sprintf("%v; or run `sluice update --refresh %s` to empty the table and create it anew from the spec", terr, strings.Join(names, ",")))
+		default:
+			refusals = append(refusals, terr.Error())
+		}
+	}
+	if len(refusals) > 0 {
+		return nil, errors.New(strings.Join(refusals, "\n"))
+	}
+	if len(changed) > 0 {
+		r.log.Info("tables whose definition changed are created anew after the refresh empties them", "tables", changed)
+	}
+	return changed, nil
+}
+
+// recreate drops the changed tables the refresh just emptied and creates
+// them from the spec (the caller holds their leases).
+func (r *runner) recreate(ctx context.Context, changed []string) error {
+	if len(changed) == 0 {
+		return nil
+	}
+	d := r.sink.(sinks.Dropper)
+	for _, name := range changed {
+		if err := r.retry(ctx, "drop "+name, func(ctx context.Context) error { return d.Drop(ctx, name) }); err != nil {
+			return err
+		}
+		if err := r.retry(ctx, "create "+name, func(ctx context.Context) error { return r.sink.Ensure(ctx, Tables(r.p, name)) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -169,7 +169,8 @@ func (r *runner) execute(ctx context.Context) error {
 	if err := r.resolveSnapshotSchemas(); err != nil {
 		return err
 	}
-	if err := r.sink.Ensure(ctx, Tables(r.p)); err != nil {
+	changed, err := r.ensure(ctx)
+	if err != nil {
 		return err
 	}
 	if err := r.gate(ctx); err != nil {
@@ -212,6 +213,9 @@ func (r *runner) execute(ctx context.Context) error {
 			return err
 		}
 		if err := r.refresh(ctx); err != nil {
+			return err
+		}
+		if err := r.recreate(ctx, changed); err != nil {
 			return err
 		}
 	}

@@ -528,3 +528,66 @@ func readLocalTable(t *testing.T, dir string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestRefreshRecreatesAChangedTable checks that a target whose stored
+// definition the spec changed (a column's type on an append table, the SCD
+// type of a CDC target) is refused at start naming the refresh that
+// recreates it, and that the refresh does.
+func TestRefreshRecreatesAChangedTable(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic, ctopic := "recreate_"+dname, "recreate_cdc_"+dname
+		d := dest(t)
+		specOf := func(amount string, scd int) string {
+			return fmt.Sprintf(`tables:
+  - name: orders
+    columns:
+      - {name: id, type: int64}
+      - {name: amount, type: %s}
+  - name: customers
+flows:
+  - name: o
+    target: orders
+    kind: append
+    source: {kafka: {topic: %s, format: json}}
+  - name: c
+    target: customers
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: %s
+        format: json
+        columns:
+          - {name: id, type: int64}
+          - {name: name, type: string}
+          - {name: seq, type: int64}
+    keys: [id]
+    sequence_by: seq
+    except_column_list: [seq]
+    stored_as_scd_type: %d
+`, amount, topic, ctopic, scd)
+		}
+		s := newStepper(t, broker.Addr(), d, specOf("int64", 1))
+		s.produce(topic, `{"id":1,"amount":5}`)
+		s.produce(ctopic, `{"id":1,"name":"a","seq":1}`, `{"id":1,"name":"b","seq":2}`)
+		s.update()
+
+		s2 := newStepper(t, broker.Addr(), d, specOf(`"decimal(10,2)"`, 2))
+		err := s2.tryUpdateWith(flows.Options{})
+		if err == nil || !strings.Contains(err.Error(), "sluice update --refresh o") || !strings.Contains(err.Error(), "sluice update --refresh c") {
+			t.Fatalf("update after the definitions changed: %v, want refusals naming --refresh o and --refresh c", err)
+		}
+		s2.updateWith(flows.Options{FullRefresh: true})
+		if got, want := s2.rows("orders", "_sluice_load_id"), []string{"1,5.00"}; !slices.Equal(got, want) {
+			t.Fatalf("orders after the refresh %q, want %q", got, want)
+		}
+		if got, want := s2.rows("customers"), []string{"1,a,1,2", "1,b,2,∞"}; !slices.Equal(got, want) {
+			t.Fatalf("customers after the refresh %q, want %q", got, want)
+		}
+		s2.produce(ctopic, `{"id":1,"name":"c","seq":3}`)
+		s2.update()
+		if got, want := s2.rows("customers"), []string{"1,a,1,2", "1,b,2,3", "1,c,3,∞"}; !slices.Equal(got, want) {
+			t.Fatalf("customers after one more change %q, want %q", got, want)
+		}
+	})
+}

@@ -1,6 +1,25 @@
 package sinks
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// ErrTableChanged marks Ensure's refusal of a table sluice created whose
+// stored definition (a column's type, its kind, keys, sort or partition
+// key) differs from the spec's in a way the destination cannot apply in
+// place. Match it with errors.Is. A table sluice did not create is never
+// refused with it.
+var ErrTableChanged = errors.New("the table's stored definition differs from the spec")
+
+// Dropper removes a table sluice created and everything the destination
+// keeps of it beside its rows (versions, key states), so that Ensure
+// creates it afresh from the spec. A refresh that empties a changed table
+// (ErrTableChanged) drops it after the Reset, holding its lease: empty by
+// then, it loses nothing. Sinks implement it.
+type Dropper interface {
+	Drop(ctx context.Context, table string) error
+}
 
 // Resetter empties tables for a full refresh. Sinks implement it.
 type Resetter interface {

@@ -270,7 +270,8 @@ func reconcileCDC(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	if !info.hasLoadID {
 		problems = append(problems, fmt.Sprintf("its physical table %s has no %s column: sluice did not create it", info.name, batch.LoadIDColumn))
 	}
-	if len(problems) == 0 {
+	ours := len(problems) == 0
+	if ours {
 		if kind := physKind(info); kind != t.Kind {
 			problems = append(problems, fmt.Sprintf("the table is stored as %s but the spec says %s: the SCD type of a target cannot change in place; restore stored_as_scd_type, or write a new table (a full refresh into another name)", kindName(kind), kindName(t.Kind)))
 		}
@@ -286,8 +287,8 @@ func reconcileCDC(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	if len(t.PartitionBy) > 0 && normKey(info.partitionKey) != strings.Join(t.PartitionBy, ",") {
 		problems = append(problems, fmt.Sprintf("partition_by is %v in the spec but the table is partitioned by (%s): ClickHouse cannot repartition a table in place; restore the spec's partition_by, or create a new table", t.PartitionBy, info.partitionKey))
 	}
-	if len(problems) > 0 {
-		return nil, fmt.Errorf("clickhouse: table %s does not match the spec:\n  - %s", t.Name, strings.Join(problems, "\n  - "))
+	if err := mismatch(t.Name, problems, ours); err != nil {
+		return nil, err
 	}
 	return add, nil
 }

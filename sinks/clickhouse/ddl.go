@@ -345,6 +345,7 @@ func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	if !info.hasLoadID {
 		problems = append(problems, fmt.Sprintf("the table has no %s String column, so sluice did not create it: rename or drop it, or give the target another name", batch.LoadIDColumn))
 	}
+	ours := len(problems) == 0
 	add, more := reconcileColumns(t, info)
 	problems = append(problems, more...)
 	if len(t.OrderBy) > 0 && normKey(info.sortingKey) != strings.Join(t.OrderBy, ",") {
@@ -353,10 +354,20 @@ func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	if len(t.PartitionBy) > 0 && normKey(info.partitionKey) != strings.Join(t.PartitionBy, ",") {
 		problems = append(problems, fmt.Sprintf("partition_by is %v in the spec but the table is partitioned by (%s): ClickHouse cannot repartition a table in place; restore the spec's partition_by, or create a new table", t.PartitionBy, info.partitionKey))
 	}
-	if len(problems) > 0 {
-		return nil, fmt.Errorf("clickhouse: table %s does not match the spec:\n  - %s", t.Name, strings.Join(problems, "\n  - "))
+	return add, mismatch(t.Name, problems, ours)
+}
+
+// mismatch is Ensure's refusal of a table that does not match the spec:
+// ErrTableChanged when sluice created the table (ours).
+func mismatch(table string, problems []string, ours bool) error {
+	if len(problems) == 0 {
+		return nil
 	}
-	return add, nil
+	err := fmt.Errorf("clickhouse: table %s does not match the spec:\n  - %s", table, strings.Join(problems, "\n  - "))
+	if ours {
+		return fmt.Errorf("%w (%w)", err, sinks.ErrTableChanged)
+	}
+	return err
 }
 
 // reconcileColumns compares the declared columns with the table's: it

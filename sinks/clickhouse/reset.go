@@ -453,3 +453,46 @@ func (s *Sink) commitTime(ctx context.Context, meta sinks.LoadMeta, headUS int64
 	}
 	return at, nil
 }
+
+var _ sinks.Dropper = (*Sink)(nil)
+
+// Drop removes a target sluice created (an append table, or a CDC target's
+// view and physical table) so that Ensure creates it afresh from the spec.
+// It is for a table a Reset just emptied (its key states went with it), and
+// refuses a table sluice did not create.
+func (s *Sink) Drop(ctx context.Context, table string) error {
+	if !chsql.ValidIdent(table) || strings.HasPrefix(table, sluicePrefix) {
+		return fmt.Errorf("clickhouse: drop: %q is not a target", table)
+	}
+	if err := s.ensureSystem(ctx); err != nil {
+		return err
+	}
+	phys := physName(table)
+	s.forget(table)
+	s.forget(phys)
+	front, err := s.describe(ctx, table)
+	if err != nil {
+		return err
+	}
+	back, err := s.describe(ctx, phys)
+	if err != nil {
+		return err
+	}
+	switch {
+	case front != nil && front.engine == "MergeTree" && front.hasLoadID:
+	case back != nil && back.hasLoadID && back.hidden[keyColumn].typ != "" && (front == nil || front.engine == "View"):
+	case front == nil && back == nil:
+		return nil
+	default:
+		return fmt.Errorf("clickhouse: drop: table %s was not created by sluice: drop or rename it yourself", table)
+	}
+	for _, name := range []string{table, phys} {
+		if err := s.exec(ctx, "drop "+name, s.dropStmt(name)); err != nil {
+			return err
+		}
+	}
+	s.forget(table)
+	s.forget(phys)
+	s.log.Info("table dropped to be created anew", "table", table)
+	return nil
+}

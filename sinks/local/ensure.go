@@ -280,7 +280,7 @@ func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 				err = multierror.Append(err, fmt.Errorf("keys changed from %v to %v: the keys of a target cannot change in place; restore the keys, or write a new table (a full refresh into another name)", stored.Keys, d.Keys))
 			}
 			if err != nil {
-				err = fmt.Errorf("stored schema differs: %w", err)
+				err = fmt.Errorf("stored schema differs (%w): %w", sinks.ErrTableChanged, err)
 			}
 		}
 		if err != nil {
@@ -333,7 +333,17 @@ func (s *Sink) ensureTable(t sinks.Table, exists bool, added []string) error {
 	st, err := s.disk.Lstat(s.lay.link(t.Name))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		empty := manifest{Version: 0, Created: time.Now().UTC()}
+		// Through the ledger's last load: no load before the table existed
+		// (those of a table of that name dropped and created anew) is ever
+		// published into it.
+		s.led.mu.Lock()
+		err := s.led.refresh(true)
+		last := s.led.lastSeq()
+		s.led.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		empty := manifest{Version: 0, Through: last, Created: time.Now().UTC()}
 		if t.Kind != sinks.KindAppend {
 			empty.Buckets = 1
 		}

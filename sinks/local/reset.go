@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -238,5 +239,44 @@ func (s *Sink) resetTable(table string, seq int64) error {
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
+	return nil
+}
+
+var _ sinks.Dropper = (*Sink)(nil)
+
+// Drop removes a target so that Ensure creates it afresh from the spec:
+// its folder under _sluice/tables (versions, schema, state.db) is renamed
+// into _sluice/tmp and then removed, and its link at the destination's root
+// is removed. It is for a table a Reset just emptied: the ledger's loads of
+// it are forgotten or behind the reset, so none is published again into
+// the new table (whose first version is through the ledger's last seq).
+func (s *Sink) Drop(ctx context.Context, table string) error {
+	if !tableName.MatchString(table) || strings.HasPrefix(table, "_sluice") {
+		return fmt.Errorf("local: drop: %q is not a target", table)
+	}
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return fmt.Errorf("local: drop: %w", err)
+	}
+	defer unlock()
+	trash := filepath.Join(s.lay.tmp(), "drop-"+table+"-"+randomSuffix())
+	if err := s.disk.Rename(s.lay.tableDir(table), trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("local: drop %s: %w", table, err)
+	}
+	if err := s.disk.Remove(s.lay.link(table)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("local: drop %s: %w", table, err)
+	}
+	for _, dir := range []string{s.lay.tables(), s.lay.root} {
+		if err := s.disk.SyncDir(dir); err != nil {
+			return fmt.Errorf("local: drop %s: %w", table, err)
+		}
+	}
+	s.schemaMu.Lock()
+	delete(s.schemas, table)
+	s.schemaMu.Unlock()
+	if err := s.disk.RemoveAll(trash); err != nil {
+		s.log.Warn("dropped table's folder not removed (Recover removes it)", "table", table, "err", err)
+	}
+	s.log.Info("table dropped to be created anew", "table", table)
 	return nil
 }
