@@ -1049,8 +1049,12 @@ func testEnsureReject(t *testing.T, h *harness) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := s.Ensure(context.Background(), []sinks.Table{{Name: "orders", Schema: tc.schema}}); err == nil {
+			err := s.Ensure(context.Background(), []sinks.Table{{Name: "orders", Schema: tc.schema}})
+			if err == nil {
 				t.Fatalf("Ensure accepted %v over %v", describe(tc.schema), describe(ordersSchema))
+			}
+			if !errors.Is(err, sinks.ErrTableChanged) {
+				t.Fatalf("Ensure refused %v with %v, not sinks.ErrTableChanged", describe(tc.schema), err)
 			}
 		})
 	}
@@ -1061,6 +1065,37 @@ func testEnsureReject(t *testing.T, h *harness) {
 	}
 	if got := scan(t, s, "orders").Schema.Names(); !slices.Equal(got, append(ordersSchema.Names(), batch.LoadIDColumn)) {
 		t.Fatalf("columns %v after refused changes", got)
+	}
+
+	// A reset, then Drop: Ensure creates the table anew with the changed
+	// definition, empty, and it takes rows of it.
+	ctx := context.Background()
+	changed := sinks.Table{Name: "orders", Schema: cols(batch.Column{Name: "id", Type: batch.String}, name, amount)}
+	if err := s.(sinks.Resetter).Reset(ctx, []string{"orders"}, []string{"f"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(sinks.Dropper).Drop(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	ensure(t, s, changed)
+	if b := scan(t, s, "orders"); b.Len() != 0 || b.Schema.Columns[0].Type != batch.String {
+		t.Fatalf("after Drop and Ensure: %d rows, columns %v; want none, id a string", b.Len(), describe(b.Schema))
+	}
+	b := batch.New(changed.Schema, 1)
+	b.Vectors[0].AppendString("x")
+	b.Vectors[1].AppendString("n")
+	b.Vectors[2].AppendNull()
+	if _, err := h.commit(s, "f", map[string]*batch.Batch{"orders": b}, sinks.Commit{To: batch.Positions{kafka("t", 0, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	// A process opened afterwards (Recover) publishes nothing of the old
+	// table into the new one.
+	s2 := h.sink()
+	if err := s2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan(t, s2, "orders"); got.Len() != 1 || got.Vectors[0].Strs[0] != "x" {
+		t.Fatalf("after a restart: %d rows, want the one row of the new table", got.Len())
 	}
 }
 
