@@ -125,6 +125,11 @@ func WaitQueries(ctx context.Context, c Conn, db, name string) error {
 	for {
 		n, err := countQueries(ctx, c, db, name)
 		if err != nil {
+			if ctx.Err() != nil {
+				// The driver turns the context's deadline into the
+				// connection's: its read times out first, as an I/O error.
+				return fmt.Errorf("wait for queries on %s: %w (%v)", name, ctx.Err(), err)
+			}
 			return err
 		}
 		if n == 0 {
