@@ -327,6 +327,31 @@ func newClassifier(deletes, truncates string, source batch.Schema, kafka bool) (
 	return c, nil
 }
 
+// ClassifyOps returns the operation of each row of in as a flow's
+// apply_as_deletes and apply_as_truncates (over source, the records'
+// columns) decide it, before the engine applies it: in.Ops when set. A row
+// whose expression fails is an upsert here (the engine dead-letters it).
+// It compiles the expressions each call, so it is safe for concurrent use.
+func ClassifyOps(deletes, truncates string, source batch.Schema, kafka bool, in Input) ([]Op, error) {
+	if in.Ops != nil {
+		return in.Ops, nil
+	}
+	ops := make([]Op, in.Batch.Len())
+	if deletes == "" && truncates == "" {
+		return ops, nil
+	}
+	c, err := newClassifier(deletes, truncates, source, kafka)
+	if err != nil {
+		return nil, err
+	}
+	errs := map[int]error{}
+	c.classify(in.Batch, in.Positions, in.Meta, ops, errs)
+	for i := range errs {
+		ops[i] = OpUpsert
+	}
+	return ops, nil
+}
+
 // classify fills ops: truncates first (apply_as_truncates is evaluated
 // first), then deletes, else upserts. errs gets the rows whose operation
 // could not be evaluated.

@@ -81,7 +81,7 @@ func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*p
 			}
 			recs = append(recs, i)
 		}
-		res, err := h.rules.apply(h.r, out, func(i int) batch.DeadLetter {
+		res, err := h.rules.apply(h.r, out, nil, func(i int) batch.DeadLetter {
 			rec := &rb.Records[recs[i]]
 			return batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Payload: rec.Value}
 		})
@@ -103,7 +103,7 @@ func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*pr
 	out := ch.Batch
 	var counts *batch.Batch
 	if h.rules != nil {
-		res, err := h.rules.apply(h.r, out, rowDeadLetter(out, ch.File, ch.Row))
+		res, err := h.rules.apply(h.r, out, nil, rowDeadLetter(out, ch.File, ch.Row))
 		if err != nil {
 			return nil, err
 		}

@@ -210,7 +210,17 @@ func (h *cdcHandler) applyRules(in cdc.Input, dls []batch.DeadLetter) (cdc.Input
 	if h.rules == nil {
 		return in, dls, nil, nil
 	}
-	res, err := h.rules.apply(h.r, in.Batch, func(i int) batch.DeadLetter {
+	// Deletes and truncates pass the rules: they carry little more than
+	// their key, and filtering one would keep a deleted row.
+	var pass []bool
+	if ops, err := cdc.ClassifyOps(h.flow.ApplyAsDeletes, h.flow.ApplyAsTruncates, in.Batch.Schema, h.flow.Source.Kafka != nil, in); err == nil {
+		pass = make([]bool, len(ops))
+		for i, op := range ops {
+			pass[i] = op != cdc.OpUpsert
+		}
+	} // else an expression over a computed column: the engine decides after the rules
+
+	res, err := h.rules.apply(h.r, in.Batch, pass, func(i int) batch.DeadLetter {
 		p := in.Positions[i]
 		d := batch.DeadLetter{Source: p.Topic, Position: fmt.Sprintf("%d/%d", p.Partition, p.Offset)}
 		if p.Topic == "" {

@@ -54,15 +54,16 @@ type ruled struct {
 	counts *batch.Batch // of batch.ExpectationsSchema; nil when nothing counted
 }
 
-// apply runs the rules over b. deadLetter gives the source, position and
-// payload of input row i. A violated fail expectation is an error that
-// stops the flow with nothing of the batch committed.
-func (fr *flowRules) apply(r *runner, b *batch.Batch, deadLetter func(i int) batch.DeadLetter) (ruled, error) {
+// apply runs the rules over b but the rows pass marks (see rules.Apply).
+// deadLetter gives the source, position and payload of input row i. A
+// violated fail expectation is an error that stops the flow with nothing
+// of the batch committed.
+func (fr *flowRules) apply(r *runner, b *batch.Batch, pass []bool, deadLetter func(i int) batch.DeadLetter) (ruled, error) {
 	rs, err := fr.of(b.Schema)
 	if err != nil {
 		return ruled{}, err
 	}
-	res := rs.Apply(b)
+	res := rs.Apply(b, pass)
 	f := fr.flow
 	if res.Failed != nil {
 		d := deadLetter(res.Failed.Row)

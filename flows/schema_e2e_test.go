@@ -436,12 +436,15 @@ flows:
         format: json
         columns:
           - {name: id, type: int64}
-          - {name: email, type: string}
+          - {name: email, type: string, nullable: true}
           - {name: seq, type: int64}
+          - {name: op, type: string, nullable: true}
     keys: [id]
     sequence_by: seq
+    apply_as_deletes: 'op == "d"'
+    except_column_list: [op]
     expectations:
-      - {name: has_at, expr: 'email contains "@"', on_violation: drop}
+      - {name: has_at, expr: 'email != nil && email contains "@"', on_violation: drop}
 `
 		s := newStepper(t, broker.Addr(), d, body)
 		s.produce(topic,
@@ -450,7 +453,8 @@ flows:
 			`{"id":3,"amount":2000,"country":"NL"}`,
 			`{"id":4,"amount":1,"country":"XX"}`,
 			`{"id":5,"amount":0.001,"country":"NL"}`)
-		s.produce(ctopic, `{"id":1,"email":"a@x","seq":1}`, `{"id":1,"email":"nope","seq":2}`)
+		s.produce(ctopic, `{"id":1,"email":"a@x","seq":1}`, `{"id":1,"email":"nope","seq":2}`,
+			`{"id":2,"email":"b@x","seq":1}`, `{"id":2,"seq":3,"op":"d"}`) // a delete without an email deletes
 		s.update()
 		if got, want := s.rows("orders", "_sluice_load_id"), []string{"1,12.5,NL,1250", "3,2000,NL,200000"}; !slices.Equal(got, want) {
 			t.Fatalf("orders %q, want %q", got, want)

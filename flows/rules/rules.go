@@ -163,12 +163,15 @@ func zeroOf(t batch.Type) any {
 // computed ones.
 func (r *Rules) Schema() batch.Schema { return r.out }
 
-// Apply runs the rules over every row of b (of the source's columns).
+// Apply runs the rules over every row of b (of the source's columns) but
+// those pass marks (a CDC flow's deletes and truncates, which carry little
+// more than their key): those are kept as they are, their computed
+// columns null where they cannot be computed. pass may be nil.
 // Expectations and the filter see null as SQL does: a comparison with a
 // null value is null, which keeps a row in no filter and violates no
 // expectation. A computed column whose expression fails on a null value
 // is null.
-func (r *Rules) Apply(b *batch.Batch) Result {
+func (r *Rules) Apply(b *batch.Batch, pass []bool) Result {
 	n := b.Len()
 	x := &run{env: make(map[string]any, len(r.out.Columns))}
 	res := Result{Batch: batch.New(r.out, n), Violated: map[string]int64{}}
@@ -181,11 +184,18 @@ rows:
 		for k, c := range b.Schema.Columns {
 			x.env[c.Name] = cdc.ExprValue(b.Vectors[k], i)
 		}
+		through := pass != nil && pass[i]
 		for k, c := range r.computed {
 			extra[k].Truncate(0)
 			v, null, err := x.eval(c.program)
 			if err == nil && !null {
 				err = appendValue(extra[k], v)
+			}
+			if through && (err != nil || null) {
+				extra[k].Truncate(0)
+				extra[k].AppendNull()
+				x.env[c.col.Name] = nil
+				continue
 			}
 			switch {
 			case err != nil:
@@ -201,7 +211,7 @@ rows:
 			}
 			x.env[c.col.Name] = cdc.ExprValue(extra[k], 0)
 		}
-		if r.where != nil {
+		if r.where != nil && !through {
 			if v, null, err := x.eval(*r.where); err != nil || null || v != true {
 				if err != nil {
 					res.Rejects = append(res.Rejects, Reject{Row: i, Reason: ReasonExpression, Msg: "where: " + err.Error()})
@@ -213,6 +223,9 @@ rows:
 		}
 		drop := ""
 		for _, e := range r.exps {
+			if through {
+				break
+			}
 			v, null, err := x.eval(e.program)
 			if err != nil {
 				res.Rejects = append(res.Rejects, Reject{Row: i, Reason: ReasonExpression, Msg: fmt.Sprintf("expectation %s: %v", e.name, err)})

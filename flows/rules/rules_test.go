@@ -59,7 +59,7 @@ func TestApply(t *testing.T) {
 		[3]any{5, 2.0, nil},    // kept, known_country counted
 		[3]any{6, 0.001, "NL"}, // a dead letter: 0.1 cents is not an int64
 	)
-	res := r.Apply(in)
+	res := r.Apply(in, nil)
 	if res.Failed != nil {
 		t.Fatalf("failed: %+v", res.Failed)
 	}
@@ -94,7 +94,7 @@ func TestFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := r.Apply(rows(t, [3]any{1, 1.0, "NL"}, [3]any{7, 1.0, "NL"}))
+	res := r.Apply(rows(t, [3]any{1, 1.0, "NL"}, [3]any{7, 1.0, "NL"}), nil)
 	if res.Failed == nil || res.Failed.Row != 1 || !strings.Contains(res.Failed.Msg, "id_small") {
 		t.Fatalf("failed %+v, want row 1 violating id_small", res.Failed)
 	}
@@ -123,8 +123,29 @@ func TestWhereNull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := r.Apply(rows(t, [3]any{1, 1.0, nil}, [3]any{2, 1.0, "NL"}, [3]any{3, 1.0, "XX"}))
+	res := r.Apply(rows(t, [3]any{1, 1.0, nil}, [3]any{2, 1.0, "NL"}, [3]any{3, 1.0, "XX"}), nil)
 	if len(res.Rows) != 1 || res.Rows[0] != 1 || res.Filtered != 2 {
 		t.Fatalf("kept rows %v, filtered %d; want row 1 only, 2 filtered", res.Rows, res.Filtered)
+	}
+}
+
+// TestPass checks that rows marked to pass (a CDC flow's deletes) meet no
+// filter or expectation and get null where their computed columns fail.
+func TestPass(t *testing.T) {
+	f := &spec.Flow{
+		ComputedColumns: []spec.ComputedColumn{{Name: "cents", Type: batch.Int64, Expr: "amount * 100"}},
+		Where:           `country == "NL"`,
+		Expectations:    []spec.Expectation{{Name: "positive", Expr: "amount > 0", OnViolation: spec.ViolationFail}},
+	}
+	r, err := New(f, source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Apply(rows(t, [3]any{1, nil, nil}, [3]any{2, -1.0, "XX"}), []bool{true, true})
+	if res.Failed != nil || len(res.Rejects) != 0 || res.Filtered != 0 || len(res.Rows) != 2 {
+		t.Fatalf("passing rows: failed %+v, rejects %+v, filtered %d, kept %v", res.Failed, res.Rejects, res.Filtered, res.Rows)
+	}
+	if !res.Batch.Vectors[3].IsNull(0) || res.Batch.Vectors[3].Ints[1] != -100 {
+		t.Fatalf("computed cents %v", res.Batch.Vectors[3])
 	}
 }
