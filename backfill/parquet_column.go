@@ -481,12 +481,17 @@ func (c *pqCol) convertBytes(data encoding.Values, n int, out *valueSet) error {
 		s := string(all)
 		out.strs = resize(out.strs, n)
 		off := 0
-		valid := utf8.ValidString(s) // one pass over the page; each value only when it fails
+		// One pass over the page; a value on its own only when the page
+		// fails, or when a character spans its start or its end (two
+		// invalid values can join into a valid page).
+		valid := utf8.ValidString(s)
 		for i := range n {
 			l := len(at(i))
+			start := off
 			out.strs[i] = s[off : off+l]
 			off += l
-			if !valid && !utf8.ValidString(out.strs[i]) {
+			spans := start < len(s) && !utf8.RuneStart(s[start]) || off < len(s) && !utf8.RuneStart(s[off])
+			if (!valid || spans) && !utf8.ValidString(out.strs[i]) {
 				c.markBadAs(out, i, batch.ReasonInvalidUTF8, strconv.QuoteToASCII(clipText(out.strs[i]))+" is not valid UTF-8 (declare the column bytes to keep any bytes)")
 			}
 		}

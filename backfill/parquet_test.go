@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -814,5 +815,36 @@ func TestDeadLetterPayloadIsTheRowAsJSON(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, row); diff != "" {
 		t.Errorf("payload (-want +got):\n%s", diff)
+	}
+}
+
+// TestParquetInvalidUTF8AcrossValues checks that two values that are not
+// UTF-8 on their own are refused though together they are ("caf\xc3" then
+// "\xa9t\xc3\xa9").
+func TestParquetInvalidUTF8AcrossValues(t *testing.T) {
+	type row struct {
+		S string `parquet:"s"`
+	}
+	path := filepath.Join(t.TempDir(), "split.parquet")
+	if err := parquet.WriteFile(path, []row{{"ok"}, {"caf\xc3"}, {"\xa9t\xc3\xa9"}, {"fine"}}); err != nil {
+		t.Fatal(err)
+	}
+	f := File{Name: "split.parquet", Path: path}
+	chunks, err := readAll(t, f, FormatParquet, cols(col("s", batch.String, false)), ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	bad := 0
+	for _, c := range chunks {
+		kept = append(kept, c.Batch.Vectors[0].Strs...)
+		for _, d := range c.DeadLetters {
+			if d.Reason == batch.ReasonInvalidUTF8 {
+				bad++
+			}
+		}
+	}
+	if !slices.Equal(kept, []string{"ok", "fine"}) || bad != 2 {
+		t.Fatalf("kept %q with %d invalid_utf8 dead letters, want ok and fine, and 2", kept, bad)
 	}
 }

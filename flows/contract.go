@@ -33,7 +33,7 @@ func (r *runner) contractOf(t *spec.Table) targetContract {
 	for _, f := range r.p.FlowsOf(t.Name) {
 		switch {
 		case f.Kind == spec.KindAutoCDC && len(f.SequenceBy) > 0:
-			src := f.SourceSchema()
+			src := f.RecordSchema()
 			var types []string
 			for _, name := range f.SequenceBy {
 				k := src.Index(name)

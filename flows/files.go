@@ -363,7 +363,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 	if rs.format == "" {
 		rs.format = backfill.FormatOf(src.Path)
 	}
-	rs.wanted = f.SourceSchema()
+	rs.wanted = r.sourceSchema(f)
 	if len(rs.wanted.Columns) == 0 && f.Kind == spec.KindAppend {
 		rs.wanted = r.tableSchema(f.Target)
 		// But for the columns the flow computes.

@@ -143,6 +143,14 @@ func unionFileSchemas(files []backfill.File) (batch.Schema, error) {
 	return out, nil
 }
 
+// sourceSchema returns a flow's SourceSchema, which ensureFromData may set
+// meanwhile for a data-told flow.
+func (r *runner) sourceSchema(f *spec.Flow) batch.Schema {
+	r.dataMu.RLock()
+	defer r.dataMu.RUnlock()
+	return f.SourceSchema()
+}
+
 // tableSchema returns a target's resolved schema.
 func (r *runner) tableSchema(name string) batch.Schema {
 	r.dataMu.RLock()

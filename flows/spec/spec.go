@@ -490,9 +490,15 @@ func (f *Flow) RecordSchema() batch.Schema {
 // DevDataset points the destination at a fresh dataset of its own for a
 // development run started at now (update and run --dev): the ClickHouse
 // database <database>_<YYYYMMDDhhmmss>, or locally the sibling folder
-// <path>_<YYYYMMDDhhmmss>. It returns the dataset's name.
+// <path>_<YYYYMMDDhhmmss>; and the flows at consumer groups of their own,
+// <group>-dev-<YYYYMMDDhhmmss>.<flow>, so that a dev run never takes
+// partitions from the pipeline's live processes. It returns the dataset's
+// name.
 func (p *Pipeline) DevDataset(now time.Time) string {
 	stamp := now.UTC().Format("20060102150405")
+	if p.Kafka != nil {
+		p.Kafka.Group = p.Group() + "-dev-" + stamp
+	}
 	if ch := p.Destination.ClickHouse; ch != nil {
 		db := ch.Database
 		if db == "" {

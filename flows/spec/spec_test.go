@@ -489,3 +489,21 @@ func TestEveryStructOfTheSpecIsKnownUpFront(t *testing.T) {
 		}
 	}
 }
+
+// TestDevDataset checks that a dev run gets a dataset and consumer groups
+// of its own.
+func TestDevDataset(t *testing.T) {
+	at := time.Date(2026, 12, 2, 7, 15, 0, 0, time.UTC)
+	p := &Pipeline{Pipeline: "shop", Kafka: &Kafka{}, Destination: Destination{ClickHouse: &ClickHouse{Database: "prod"}}}
+	f := &Flow{Name: "orders"}
+	if got := p.DevDataset(at); got != "prod_20261202071500" || p.Destination.ClickHouse.Database != got {
+		t.Fatalf("dataset %q (database %q), want prod_20261202071500", got, p.Destination.ClickHouse.Database)
+	}
+	if g := p.FlowGroup(f); g != "sluice-shop-dev-20261202071500.orders" {
+		t.Fatalf("group %q, want sluice-shop-dev-20261202071500.orders", g)
+	}
+	l := &Pipeline{Pipeline: "shop", Destination: Destination{Local: &Local{Path: "./data/"}}}
+	if got := l.DevDataset(at); got != "data_20261202071500" {
+		t.Fatalf("local dataset %q, want data_20261202071500", got)
+	}
+}

@@ -259,17 +259,21 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 		return fmt.Errorf("local: drop: %w", err)
 	}
 	defer unlock()
+	// The link first: a crash after it leaves the table's folder, which
+	// Ensure takes for the table (and a refresh drops again), never a link
+	// into a folder that is gone.
+	if err := s.disk.Remove(s.lay.link(table)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("local: drop %s: %w", table, err)
+	}
+	if err := s.disk.SyncDir(s.lay.root); err != nil {
+		return fmt.Errorf("local: drop %s: %w", table, err)
+	}
 	trash := filepath.Join(s.lay.tmp(), "drop-"+table+"-"+randomSuffix())
 	if err := s.disk.Rename(s.lay.tableDir(table), trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("local: drop %s: %w", table, err)
 	}
-	if err := s.disk.Remove(s.lay.link(table)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := s.disk.SyncDir(s.lay.tables()); err != nil {
 		return fmt.Errorf("local: drop %s: %w", table, err)
-	}
-	for _, dir := range []string{s.lay.tables(), s.lay.root} {
-		if err := s.disk.SyncDir(dir); err != nil {
-			return fmt.Errorf("local: drop %s: %w", table, err)
-		}
 	}
 	s.schemaMu.Lock()
 	delete(s.schemas, table)
