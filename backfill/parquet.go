@@ -99,15 +99,24 @@ func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions)
 	}()
 	r := &parquetReader{file: f, pf: pf, closeFile: closeFile, schema: schema, consts: consts, opts: opts,
 		cols: make([]*pqCol, len(schema.Columns)), size: pf.Size(), rg: -1}
+	byName := map[string]*parquet.Column{}
+	if opts.Names != nil {
+		for _, pc := range pf.Root().Columns() {
+			name := opts.Names(pc.Name())
+			if other, dup := byName[name]; dup {
+				return nil, &FileError{File: f.Name, Column: name, Err: fmt.Errorf("columns %q and %q of the file both become %s: rename one, or set naming: direct", other.Name(), pc.Name(), name)}
+			}
+			byName[name] = pc
+		}
+	}
 	for i, c := range schema.Columns {
 		if consts[i] != nil {
 			continue
 		}
-		field := c.Name
-		if fn, ok := opts.Fields[c.Name]; ok {
-			field = fn
+		pc := pf.Root().Column(c.Name)
+		if opts.Names != nil {
+			pc = byName[c.Name]
 		}
-		pc := pf.Root().Column(field)
 		if pc == nil {
 			if !c.Nullable {
 				return nil, &FileError{File: f.Name, Column: c.Name, Err: errors.New("missing from the file, and the column is not nullable")}

@@ -62,9 +62,11 @@ type ReadOptions struct {
 	// Units names the unit of JSONL timestamp columns that hold integers
 	// (decode.Units); Parquet files type their own.
 	Units decode.Units
-	// Fields names, for a wanted column whose name in a Parquet file is
-	// another (a name from the data, normalized), that name.
-	Fields map[string]string
+	// Names, when set, gives the column name of each of a Parquet file's
+	// own column names (names from the data, normalized): wanted columns
+	// are looked up by it, per file. Two of a file's columns with one name
+	// are a FileError.
+	Names func(field string) string
 }
 
 func (o *ReadOptions) defaults() {

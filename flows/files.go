@@ -351,7 +351,7 @@ type readSchema struct {
 	hive   batch.Schema      // the Hive columns of the files, typed
 	inRead batch.Schema      // those of them read
 	units  decode.Units      // of its JSONL timestamp columns
-	fields map[string]string // of its columns named otherwise in the files
+	names  func(string) string // a data-told flow's column names from its files' (nil: as they are)
 }
 
 // filesSchema works out the columns a files flow reads: the source's
@@ -359,7 +359,7 @@ type readSchema struct {
 // the first Parquet file's. reading says whether any file is to be read.
 func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) (readSchema, error) {
 	src := f.Source.Files
-	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p), fields: r.fieldsOf(f)}
+	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p), names: r.namesOf(f)}
 	if rs.format == "" {
 		rs.format = backfill.FormatOf(src.Path)
 	}
@@ -394,7 +394,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 
 // open opens a file to read from row start.
 func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
-	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Fields: rs.fields})
+	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Names: rs.names})
 }
 
 // showProgress shows a flow's file progress (Options.Progress) until stop.

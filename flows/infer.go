@@ -45,15 +45,10 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 			}
 		}
 	}
-	raw, err := unionFileSchemas(files)
+	s, renamed, err := unionFileSchemas(files, r.dataNames())
 	if err != nil {
 		return batch.Schema{}, err
 	}
-	s, fields, err := r.normalize(raw)
-	if err != nil {
-		return batch.Schema{}, err
-	}
-	r.fields[f.Name] = fields
 	if !hive || len(s.Columns) == 0 {
 		return s, nil
 	}
@@ -65,60 +60,59 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 		switch {
 		case s.Index(c.Name) < 0:
 			s.Columns = append(s.Columns, c)
-		case fields[c.Name] != "":
-			return batch.Schema{}, fmt.Errorf("column %s of the files becomes %s, the name of a Hive segment of their path: rename one, or set naming: direct", fields[c.Name], c.Name)
+		case renamed[c.Name] != "":
+			return batch.Schema{}, fmt.Errorf("column %s of the files becomes %s, the name of a Hive segment of their path: rename one, or set naming: direct", renamed[c.Name], c.Name)
 		}
 	}
 	return s, nil
 }
 
-// normalize names the columns of a schema from the data by the pipeline's
-// naming (docs/schema.md#names), and returns, for each column renamed, its
-// name in the data.
-func (r *runner) normalize(raw batch.Schema) (batch.Schema, map[string]string, error) {
+// dataNames is how names from the data become column names under the
+// pipeline's naming (docs/schema.md#names); nil keeps them.
+func (r *runner) dataNames() func(string) string {
 	if r.p.Naming == spec.NamingDirect {
-		return raw, nil, nil
+		return nil
 	}
-	out := batch.Schema{Columns: make([]batch.Column, len(raw.Columns))}
-	var fields map[string]string
-	from := map[string]string{}
-	for i, c := range raw.Columns {
-		name := naming.SnakeCase(c.Name)
-		if other, dup := from[name]; dup {
-			return batch.Schema{}, nil, fmt.Errorf("columns %q and %q of the files both become %s under naming: snake_case: rename one, or set naming: direct", other, c.Name, name)
-		}
-		from[name] = c.Name
-		if name != c.Name {
-			if fields == nil {
-				fields = map[string]string{}
-			}
-			fields[name] = c.Name
-		}
-		c.Name = name
-		out.Columns[i] = c
-	}
-	return out, fields, nil
+	return naming.SnakeCase
 }
 
-// fieldsOf returns, for a data-told flow, the name in its files of each
-// column whose name was normalized.
-func (r *runner) fieldsOf(f *spec.Flow) map[string]string {
-	r.dataMu.RLock()
-	defer r.dataMu.RUnlock()
-	return r.fields[f.Name]
+// namesOf returns how a data-told flow's files name its columns (each
+// file by its own names, normalized): nil for any other flow, or with
+// naming: direct.
+func (r *runner) namesOf(f *spec.Flow) func(string) string {
+	if !f.DataTold(r.p) {
+		return nil
+	}
+	return r.dataNames()
 }
 
 // unionFileSchemas merges the Parquet schemas of files in order of first
-// appearance: a column some file lacks is nullable, as is one nullable in
-// any file; a column whose type differs between two files is an error
-// naming both.
-func unionFileSchemas(files []backfill.File) (batch.Schema, error) {
-	var out batch.Schema
+// appearance, each file's column names given by names (nil: as they are):
+// a column some file lacks is nullable, as is one nullable in any file; a
+// column whose type differs between two files is an error naming both, as
+// are two columns of one file with the same name. renamed gives, for a
+// column whose name differs from a file's, that name.
+func unionFileSchemas(files []backfill.File, names func(string) string) (out batch.Schema, renamed map[string]string, err error) {
 	from := map[string]string{} // column → the file that first had it
+	renamed = map[string]string{}
 	for i, fl := range files {
 		s, err := backfill.ParquetSchema(fl.Path)
 		if err != nil {
-			return batch.Schema{}, err
+			return batch.Schema{}, nil, err
+		}
+		if names != nil {
+			raw := map[string]string{}
+			for j := range s.Columns {
+				name := names(s.Columns[j].Name)
+				if other, dup := raw[name]; dup {
+					return batch.Schema{}, nil, fmt.Errorf("%s: columns %q and %q both become %s under naming: snake_case: rename one, or set naming: direct", fl.Name, other, s.Columns[j].Name, name)
+				}
+				raw[name] = s.Columns[j].Name
+				if name != s.Columns[j].Name {
+					renamed[name] = s.Columns[j].Name
+				}
+				s.Columns[j].Name = name
+			}
 		}
 		for _, c := range s.Columns {
 			k := out.Index(c.Name)
@@ -128,7 +122,7 @@ func unionFileSchemas(files []backfill.File) (batch.Schema, error) {
 				out.Columns = append(out.Columns, c)
 				from[c.Name] = fl.Name
 			case out.Columns[k].Type != c.Type:
-				return batch.Schema{}, fmt.Errorf("column %s is %s in %s but %s in %s: declare the source's columns, or make the files agree",
+				return batch.Schema{}, nil, fmt.Errorf("column %s is %s in %s but %s in %s: declare the source's columns, or make the files agree",
 					c.Name, c.Type, fl.Name, out.Columns[k].Type, from[c.Name])
 			default:
 				out.Columns[k].Nullable = out.Columns[k].Nullable || c.Nullable
@@ -140,7 +134,7 @@ func unionFileSchemas(files []backfill.File) (batch.Schema, error) {
 			}
 		}
 	}
-	return out, nil
+	return out, renamed, nil
 }
 
 // sourceSchema returns a flow's SourceSchema, which ensureFromData may set
@@ -192,11 +186,7 @@ func (r *runner) checkDataColumns(f *spec.Flow, todo []backfill.File, wanted bat
 	if !f.DataTold(r.p) || len(todo) == 0 {
 		return nil
 	}
-	raw, err := unionFileSchemas(todo)
-	if err != nil {
-		return err
-	}
-	s, _, err := r.normalize(raw)
+	s, _, err := unionFileSchemas(todo, r.dataNames())
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,6 @@ type runner struct {
 	// dataMu guards the schemas of tables typed by their data once their
 	// first files arrive (ensureFromData) against the flows reading them.
 	dataMu sync.RWMutex
-	fields map[string]map[string]string // per data-told flow: column → its name in the files
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -147,7 +146,7 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &runner{p: p, sink: sink, opts: opts, log: log.With("pipeline", p.Pipeline), id: newLoadID(), fields: map[string]map[string]string{}}
+	return &runner{p: p, sink: sink, opts: opts, log: log.With("pipeline", p.Pipeline), id: newLoadID()}
 }
 
 func (r *runner) execute(ctx context.Context) error {

@@ -45,6 +45,11 @@ type namedRow struct {
 	UserName string `parquet:"User Name"`
 }
 
+type respelledRow struct {
+	OrderID  int64  `parquet:"order_id"`
+	UserName string `parquet:"userName"`
+}
+
 type clashRow struct {
 	A string `parquet:"userName"`
 	B string `parquet:"user_name"`
@@ -145,11 +150,18 @@ flows:
 			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,ann", "2,bob"}; !slices.Equal(got, want) {
 				t.Fatalf("rows %q, want %q", got, want)
 			}
+			// A later file spells the names otherwise: each file is read
+			// by its own names.
+			writeParquet(t, filepath.Join(s.dir, "in", "b.parquet"), []respelledRow{{3, "cy"}})
+			s.update()
+			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,ann", "2,bob", "3,cy"}; !slices.Equal(got, want) {
+				t.Fatalf("rows after a file spelling the names otherwise %q, want %q", got, want)
+			}
 		})
 		t.Run("names-that-collide", func(t *testing.T) {
 			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
 			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []clashRow{{"a", "b"}})
-			if err := s.tryUpdateWith(flows.Options{}); err == nil || !strings.Contains(err.Error(), `"userName" and "user_name" of the files both become user_name`) {
+			if err := s.tryUpdateWith(flows.Options{}); err == nil || !strings.Contains(err.Error(), `"userName" and "user_name" both become user_name`) {
 				t.Fatalf("update: %v, want the collision named", err)
 			}
 		})
