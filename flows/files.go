@@ -347,10 +347,10 @@ const maxFilesLoadsInFlight = 2
 // readSchema is how a files flow reads its files.
 type readSchema struct {
 	format string
-	wanted batch.Schema      // the columns read
-	hive   batch.Schema      // the Hive columns of the files, typed
-	inRead batch.Schema      // those of them read
-	units  decode.Units      // of its JSONL timestamp columns
+	wanted batch.Schema        // the columns read
+	hive   batch.Schema        // the Hive columns of the files, typed
+	inRead batch.Schema        // those of them read
+	units  decode.Units        // of its JSONL timestamp columns
 	names  func(string) string // a data-told flow's column names from its files' (nil: as they are)
 }
 
