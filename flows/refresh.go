@@ -117,12 +117,15 @@ func (r *runner) refresh(ctx context.Context) error {
 // recreate it.
 func (r *runner) ensure(ctx context.Context) (changed []string, err error) {
 	all := Tables(r.p)
-	err = r.sink.Ensure(ctx, all)
-	if err == nil || !errors.Is(err, sinks.ErrTableChanged) {
-		return nil, err
-	}
 	refreshed, _, _ := refreshSet(r.p, r.opts.FullRefresh, r.opts.Refresh)
 	_, dropper := r.sink.(sinks.Dropper)
+	err = r.sink.Ensure(ctx, all)
+	if err == nil {
+		return r.outdated(ctx, all, refreshed, dropper)
+	}
+	if !errors.Is(err, sinks.ErrTableChanged) {
+		return nil, err
+	}
 	var keep []sinks.Table
 	var refusals []string
 	for _, t := range all {
@@ -149,6 +152,31 @@ func (r *runner) ensure(ctx context.Context) (changed []string, err error) {
 		r.log.Info("tables whose definition changed are created anew after the refresh empties them", "tables", changed)
 	}
 	return changed, nil
+}
+
+// outdated returns the tables this run's refresh empties that the
+// destination would create better now (sinks.Outdater): recreate makes
+// them anew too.
+func (r *runner) outdated(ctx context.Context, all []sinks.Table, refreshed []string, dropper bool) ([]string, error) {
+	o, ok := r.sink.(sinks.Outdater)
+	if !ok || !dropper || len(refreshed) == 0 {
+		return nil, nil
+	}
+	var out []string
+	for _, t := range all {
+		if !slices.Contains(refreshed, t.Name) {
+			continue
+		}
+		why, err := o.Outdated(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			r.log.Info("the refresh creates the table anew", "table", t.Name, "why", why)
+			out = append(out, t.Name)
+		}
+	}
+	return out, nil
 }
 
 // recreate drops the changed tables the refresh just emptied and creates

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/flows/batch"
 
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
 
@@ -604,6 +605,51 @@ flows:
 		s2.update()
 		if got, want := s2.rows("customers"), []string{"1,a,1,2", "1,b,2,3", "1,c,3,∞"}; !slices.Equal(got, want) {
 			t.Fatalf("customers after one more change %q, want %q", got, want)
+		}
+	})
+}
+
+// TestRefreshRecreatesAnOlderDateTimeTable checks, on ClickHouse, that a
+// target an older sluice created with a DateTime column refuses a fraction
+// of a second, naming the refresh, and that the refresh creates it anew
+// with exact timestamps.
+func TestRefreshRecreatesAnOlderDateTimeTable(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		if dname != "clickhouse" {
+			return
+		}
+		topic := "olddt_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: ev
+    columns:
+      - {name: id, type: int64}
+      - {name: at, type: timestamp}
+flows:
+  - name: e
+    target: ev
+    kind: append
+    source: {kafka: {topic: `+topic+`, format: json}}
+`)
+		sink, err := destination.Open(t.Context(), s.p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, db := sink.(*clickhouse.Sink).Conn()
+		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS " + db,
+			"CREATE TABLE " + db + ".ev (id Int64, at DateTime('UTC'), _sluice_load_id String) ENGINE = MergeTree ORDER BY tuple()"} {
+			if err := conn.Exec(t.Context(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sink.Close()
+		s.produce(topic, `{"id":1,"at":"2024-05-01T10:00:00.25Z"}`)
+		if err := s.tryUpdateWith(flows.Options{}); err == nil || !strings.Contains(err.Error(), "a refresh of the table's flows creates it anew") {
+			t.Fatalf("a fraction into the older DateTime column: %v, want a refusal naming the refresh", err)
+		}
+		s.updateWith(flows.Options{Refresh: []string{"e"}})
+		if got, want := s.rows("ev", "_sluice_load_id"), []string{"1,2024-05-01T10:00:00.25Z"}; !slices.Equal(got, want) {
+			t.Fatalf("rows after the refresh %q, want %q", got, want)
 		}
 	})
 }

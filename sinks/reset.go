@@ -21,6 +21,14 @@ type Dropper interface {
 	Drop(ctx context.Context, table string) error
 }
 
+// Outdater tells a table sluice created that Ensure accepts but that holds
+// less than a table created now would (a ClickHouse DateTime column, which
+// keeps whole seconds, where a new table keeps microseconds): a refresh
+// that empties it creates it anew, as for ErrTableChanged.
+type Outdater interface {
+	Outdated(ctx context.Context, t Table) (why string, err error)
+}
+
 // Resetter empties tables for a full refresh. Sinks implement it.
 type Resetter interface {
 	// Reset empties the tables (every row; for CDC targets also their hidden

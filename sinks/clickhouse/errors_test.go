@@ -216,4 +216,11 @@ func TestTimestampsExact(t *testing.T) {
 	if err := ld.Write(ctx, "old", b); !errors.As(err, &re) || !strings.Contains(re.Range, "whole seconds") {
 		t.Fatalf("a fraction of a second into a DateTime column: %v, want a RangeError", err)
 	}
+	// A refresh would create the older table anew, not the new one.
+	if why, err := s.Outdated(ctx, old); err != nil || !strings.Contains(why, "ts") {
+		t.Fatalf("Outdated(old) = %q, %v; want its DateTime column named", why, err)
+	}
+	if why, err := s.Outdated(ctx, table); err != nil || why != "" {
+		t.Fatalf("Outdated(e) = %q, %v; want nothing", why, err)
+	}
 }

@@ -496,3 +496,34 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 	s.log.Info("table dropped to be created anew", "table", table)
 	return nil
 }
+
+var _ sinks.Outdater = (*Sink)(nil)
+
+// Outdated reports a target sluice created whose timestamp columns are
+// DateTime (an older sluice on a server without DateTime64): they keep
+// whole seconds and refuse a fraction, where a table created now keeps
+// microseconds.
+func (s *Sink) Outdated(ctx context.Context, t sinks.Table) (string, error) {
+	if err := s.ensureSystem(ctx); err != nil {
+		return "", err
+	}
+	name := t.Name
+	if t.Kind != sinks.KindAppend {
+		name = physName(t.Name)
+	}
+	s.forget(name)
+	info, err := s.describe(ctx, name)
+	if err != nil || info == nil || !info.hasLoadID {
+		return "", err
+	}
+	var old []string
+	for _, c := range info.columns {
+		if c.storage == storeDateTime {
+			old = append(old, c.Name)
+		}
+	}
+	if len(old) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("timestamp columns %s are DateTime, whole seconds", strings.Join(old, ", ")), nil
+}
