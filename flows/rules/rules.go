@@ -118,6 +118,12 @@ func New(f *spec.Flow, source batch.Schema) (*Rules, error) {
 		if err != nil {
 			return nil, err
 		}
+		for _, name := range p.refs {
+			if k := r.out.Index(name); k >= 0 && r.out.Columns[k].Type.Kind == batch.KindDecimal {
+				// A decimal reads as a float64: the result would not be exact.
+				return nil, fmt.Errorf("computed column %s reads the decimal column %s, which an expression sees as a float64: compute it from other columns", cc.Name, name)
+			}
+		}
 		col := batch.Column{Name: cc.Name, Type: cc.Type, Nullable: cc.Nullable}
 		r.computed = append(r.computed, computed{col: col, program: p})
 		r.out.Columns = append(r.out.Columns, col)

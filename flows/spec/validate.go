@@ -14,7 +14,9 @@ import (
 	_ "time/tzdata" // timezone names resolve on machines without zoneinfo
 
 	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/parser"
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/cdc"
@@ -734,6 +736,8 @@ func (c *checker) rules(i int, f *Flow) {
 			c.add(cp+".expr", "required: the expression giving the column's value")
 		} else if err := compileAny(cc.Expr, env); err != nil {
 			c.add(cp+".expr", "%v", err)
+		} else if dec := decimalRefs(cc.Expr, src, f.ComputedColumns[:j]); len(dec) > 0 {
+			c.add(cp+".expr", "reads the decimal column %s, which an expression sees as a float64: its result would not be exact; compute it from other columns, or store the decimal column as it is", strings.Join(dec, ", "))
 		}
 		if env != nil && cc.Type.Kind != batch.KindInvalid {
 			env[cc.Name] = reflect.Zero(ExprType(cc.Type)).Interface()
@@ -1169,6 +1173,32 @@ func exprEnv(f *Flow, s batch.Schema, known bool) map[string]any {
 // ExprType is the Go type a value of column type t has in an expression
 // (cdc.ExprType).
 func ExprType(t batch.Type) reflect.Type { return cdc.ExprType(t) }
+
+// decimalRefs returns the decimal columns an expression names (of the
+// source, or computed before it).
+func decimalRefs(src string, source batch.Schema, before []ComputedColumn) []string {
+	tree, err := parser.Parse(src)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	ast.Find(tree.Node, func(n ast.Node) bool {
+		id, ok := n.(*ast.IdentifierNode)
+		if !ok || slices.Contains(out, id.Value) {
+			return false
+		}
+		if k := source.Index(id.Value); k >= 0 && source.Columns[k].Type.Kind == batch.KindDecimal {
+			out = append(out, id.Value)
+		}
+		for _, cc := range before {
+			if cc.Name == id.Value && cc.Type.Kind == batch.KindDecimal {
+				out = append(out, id.Value)
+			}
+		}
+		return false
+	})
+	return out
+}
 
 // compileAny compiles an expression of any type against env; a nil env
 // checks the syntax only.

@@ -286,6 +286,20 @@ kafka:
   sasl: {mechanism: GSSAPI} #! kafka.sasl.mechanism: unknown SASL mechanism #! kafka.sasl.user: required #! kafka.sasl.password: required
 destination: {local: {path: d}}
 `},
+		{"computed column from a decimal", header + `tables:
+  - name: t
+flows:
+  - name: f
+    target: t
+    kind: append
+    source:
+      kafka:
+        topic: t
+        columns:
+          - {name: amount, type: "decimal(10,2)"}
+    computed_columns:
+      - {name: cents, type: int64, expr: "amount * 100"} #! flows[0].computed_columns[0].expr: reads the decimal column amount, which an expression sees as a float64
+`},
 		{"column unit", header + `tables:
   - name: t
     columns:
