@@ -231,6 +231,9 @@ func (r *runner) execute(ctx context.Context) error {
 			continue // built per snapshot version
 		}
 		if t := targets[f.Target]; t != nil {
+			if f.DataTold(r.p) && len(f.SourceSchema().Columns) == 0 {
+				return fmt.Errorf("flow %s: no file yet to take the columns of CDC target %s from: start sluice once its first files are there, or declare the columns", f.Name, f.Target)
+			}
 			var h *cdcHandler
 			h, err = r.newCDCHandler(f, t)
 			if h != nil && (t.expiry == nil || h.cfg.TombstoneRetention > t.expiry.cfg.TombstoneRetention) {

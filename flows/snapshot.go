@@ -238,6 +238,9 @@ func (r *runner) resolveSnapshotSchemas() error {
 				continue
 			}
 			cols := f.SourceSchema().Columns
+			if len(cols) == 0 && f.DataTold(r.p) {
+				return fmt.Errorf("table %s: flow %s has no ready snapshot yet to take its columns from: start sluice once the first is ready, or declare the columns", t.Name, f.Name)
+			}
 			if len(cols) == 0 {
 				return fmt.Errorf("table %s: declare the columns of flow %s's snapshots", t.Name, f.Name)
 			}
