@@ -243,7 +243,9 @@ func TestCDCEngineAcceptance(t *testing.T) {
 			// Every batch again, at later offsets (a source that delivers
 			// them twice), in a new sink (a restarted process): nothing
 			// changes.
-			r2 := newEngineRun(t, open(), r.cfg)
+			s2 := open()
+			defer s2.Close()
+			r2 := newEngineRun(t, s2, r.cfg)
 			r2.loads, r2.offset = r.loads, r.offset
 			for _, b := range tc.batches {
 				r2.apply(b...)

@@ -175,9 +175,11 @@ func cdcSetup(t *testing.T) (db string, open func() *Sink) {
 		s.setGrace(-time.Second)
 		return s
 	}
-	if err := open().Ensure(context.Background(), []sinks.Table{custTable, histTable}); err != nil {
+	s := open()
+	if err := s.Ensure(context.Background(), []sinks.Table{custTable, histTable}); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
+	s.Close() // with no grace, a live sink takes other sinks' loads for abandoned
 	return db, open
 }
 
