@@ -17,6 +17,11 @@ import (
 // Parquet reader sees the table. Nulls come back as nil.
 func readColumn(t testing.TB, tableDir, column string) []parquet.Value {
 	t.Helper()
+	// Resolve the table's symlink once, as docs/local.md asks of readers: a
+	// swap meanwhile (a publish, a compaction) must not move the files read.
+	if dir, err := filepath.EvalSymlinks(tableDir); err == nil {
+		tableDir = dir
+	}
 	var files []string
 	err := filepath.WalkDir(tableDir+"/", func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && filepath.Ext(path) == ".parquet" {
