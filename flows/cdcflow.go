@@ -236,29 +236,21 @@ func (h *cdcHandler) applyRules(in cdc.Input, dls []batch.DeadLetter) (cdc.Input
 	if err != nil {
 		return cdc.Input{}, nil, nil, err
 	}
-	out := cdc.Input{Batch: res.batch, Positions: make([]cdc.Position, len(res.rows))}
-	for j, i := range res.rows {
-		out.Positions[j] = in.Positions[i]
-	}
-	if in.Meta != nil {
-		out.Meta = make([]cdc.RecordMeta, len(res.rows))
-		for j, i := range res.rows {
-			out.Meta[j] = in.Meta[i]
-		}
-	}
-	if in.Payloads != nil {
-		out.Payloads = make([][]byte, len(res.rows))
-		for j, i := range res.rows {
-			out.Payloads[j] = in.Payloads[i]
-		}
-	}
-	if in.Ops != nil {
-		out.Ops = make([]cdc.Op, len(res.rows))
-		for j, i := range res.rows {
-			out.Ops[j] = in.Ops[i]
-		}
-	}
+	out := cdc.Input{Batch: res.batch, Positions: pick(in.Positions, res.rows), Meta: pick(in.Meta, res.rows),
+		Payloads: pick(in.Payloads, res.rows), Ops: pick(in.Ops, res.rows)}
 	return out, append(dls, res.dls...), res.counts, nil
+}
+
+// pick returns the elements of s at rows, in order; nil for a nil s.
+func pick[T any](s []T, rows []int) []T {
+	if s == nil {
+		return nil
+	}
+	out := make([]T, len(rows))
+	for j, i := range rows {
+		out[j] = s[i]
+	}
+	return out
 }
 
 // prepareChunk applies a chunk of a file source: each row's position is

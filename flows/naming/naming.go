@@ -38,21 +38,3 @@ func SnakeCase(name string) string {
 	}
 	return s
 }
-
-// Identifier reports whether name is a letter or underscore followed by
-// letters, digits and underscores: what ClickHouse takes unquoted and every
-// destination holds.
-func Identifier(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i, r := range name {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}

@@ -7,6 +7,7 @@ package rules
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,7 +35,8 @@ const (
 
 // Rules are a flow's compiled rules; safe for concurrent use.
 type Rules struct {
-	in, out  batch.Schema
+	out      batch.Schema
+	reads    []string // the source columns some rule names
 	computed []computed
 	where    *program
 	exps     []expectation
@@ -86,11 +88,11 @@ func New(f *spec.Flow, source batch.Schema) (*Rules, error) {
 	if len(f.ComputedColumns) == 0 && f.Where == "" && len(f.Expectations) == 0 {
 		return nil, nil
 	}
-	r := &Rules{in: source, out: batch.Schema{Columns: append([]batch.Column(nil), source.Columns...)}}
+	r := &Rules{out: batch.Schema{Columns: append([]batch.Column(nil), source.Columns...)}}
 	compile := func(what, src string, opts ...expr.Option) (program, error) {
 		typed := map[string]any{}
 		for _, c := range r.out.Columns {
-			typed[c.Name] = zeroOf(c.Type)
+			typed[c.Name] = reflect.Zero(cdc.ExprType(c.Type)).Interface()
 		}
 		p, err := expr.Compile(src, append([]expr.Option{expr.Env(typed)}, opts...)...)
 		if err != nil {
@@ -146,23 +148,24 @@ func New(f *spec.Flow, source batch.Schema) (*Rules, error) {
 		}
 		r.exps = append(r.exps, expectation{name: e.Name, action: action, program: p})
 	}
-	return r, nil
-}
-
-func zeroOf(t batch.Type) any {
-	switch t.Kind {
-	case batch.KindString:
-		return ""
-	case batch.KindInt64:
-		return int64(0)
-	case batch.KindFloat64, batch.KindDecimal:
-		return 0.0
-	case batch.KindBool:
-		return false
-	case batch.KindTimestamp, batch.KindDate:
-		return time.Time{}
+	progs := []program{}
+	for _, c := range r.computed {
+		progs = append(progs, c.program)
 	}
-	return []byte(nil)
+	if r.where != nil {
+		progs = append(progs, *r.where)
+	}
+	for _, e := range r.exps {
+		progs = append(progs, e.program)
+	}
+	for _, p := range progs {
+		for _, name := range p.refs {
+			if source.Index(name) >= 0 && !slices.Contains(r.reads, name) {
+				r.reads = append(r.reads, name)
+			}
+		}
+	}
+	return r, nil
 }
 
 // Schema is the columns of the rows Apply keeps: the source's, then the
@@ -180,6 +183,10 @@ func (r *Rules) Schema() batch.Schema { return r.out }
 func (r *Rules) Apply(b *batch.Batch, pass []bool) Result {
 	n := b.Len()
 	x := &run{env: make(map[string]any, len(r.out.Columns))}
+	reads := make([]*batch.Vector, len(r.reads))
+	for k, name := range r.reads {
+		reads[k] = b.Column(name)
+	}
 	res := Result{Batch: batch.New(r.out, n), Violated: map[string]int64{}}
 	extra := make([]*batch.Vector, len(r.computed))
 	for k, c := range r.computed {
@@ -187,8 +194,10 @@ func (r *Rules) Apply(b *batch.Batch, pass []bool) Result {
 	}
 rows:
 	for i := range n {
-		for k, c := range b.Schema.Columns {
-			x.env[c.Name] = cdc.ExprValue(b.Vectors[k], i)
+		for k, name := range r.reads { // only what the rules name: this runs per row
+			if reads[k] != nil {
+				x.env[name] = cdc.ExprValue(reads[k], i)
+			}
 		}
 		through := pass != nil && pass[i]
 		for k, c := range r.computed {

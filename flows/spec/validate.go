@@ -354,7 +354,7 @@ func (c *checker) columns(path string, cols []Column) {
 			c.add(cp+".name", "%q starts with %s, which is reserved for sluice's metadata columns", col.Name, reservedPrefix)
 		case seen[col.Name]:
 			c.add(cp+".name", "column %q is declared twice", col.Name)
-		case c.p.Destination.ClickHouse != nil && !naming.Identifier(col.Name):
+		case c.p.Destination.ClickHouse != nil && !identifier.MatchString(col.Name):
 			c.add(cp+".name", "ClickHouse cannot hold the column name %q: use letters, digits and underscores, not starting with a digit, for example %s", col.Name, naming.SnakeCase(col.Name))
 		}
 		seen[col.Name] = true
@@ -1202,28 +1202,19 @@ func decimalRefs(src string, source batch.Schema, before []ComputedColumn) []str
 
 // compileAny compiles an expression of any type against env; a nil env
 // checks the syntax only.
-func compileAny(src string, env map[string]any) error {
-	opts := []expr.Option{expr.AllowUndefinedVariables()}
-	if env != nil {
-		opts = []expr.Option{expr.Env(env)}
-	}
-	if _, err := expr.Compile(src, opts...); err != nil {
-		var fe *file.Error
-		if errors.As(err, &fe) {
-			return fmt.Errorf("expression %q: %s (at character %d)", src, fe.Message, fe.Column+1)
-		}
-		msg, _, _ := strings.Cut(err.Error(), "\n")
-		return fmt.Errorf("expression %q: %s", src, msg)
-	}
-	return nil
-}
+func compileAny(src string, env map[string]any) error { return compile(src, env, false) }
 
 // compileBool compiles a boolean expression against env; a nil env checks
 // the syntax only.
-func compileBool(src string, env map[string]any) error {
+func compileBool(src string, env map[string]any) error { return compile(src, env, true) }
+
+func compile(src string, env map[string]any, asBool bool) error {
 	opts := []expr.Option{expr.AllowUndefinedVariables()}
 	if env != nil {
-		opts = []expr.Option{expr.Env(env), expr.AsBool()}
+		opts = []expr.Option{expr.Env(env)}
+		if asBool {
+			opts = append(opts, expr.AsBool())
+		}
 	}
 	_, err := expr.Compile(src, opts...)
 	if err == nil {
