@@ -45,6 +45,10 @@ type appendHandler struct {
 	flow  *spec.Flow
 	rules *flowRules // nil when the flow has none
 	pool  sync.Pool  // of *decode.JSON: a decoder is not safe for concurrent use
+	// infers is set when the flow's columns come from its messages: the
+	// decoders are of the columns inferred so far, a pooled one of older
+	// columns is dropped.
+	infers bool
 }
 
 func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
@@ -52,8 +56,10 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	if target == nil {
 		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
-	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f)}
-	if f.Source.Kafka != nil {
+	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f), infers: f.InfersJSON() && f.DataTold(r.p)}
+	if h.infers {
+		h.pool.New = func() any { return nil }
+	} else if f.Source.Kafka != nil {
 		proto, err := decode.NewJSON(f.SourceSchema(), f.SourceUnits(r.p))
 		if err != nil {
 			return nil, err
@@ -63,11 +69,11 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	return h, nil
 }
 
-func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*prepared, error) {
-	dec := h.pool.Get().(*decode.JSON)
-	out := batch.New(dec.Schema(), len(rb.Records))
-	dls := dec.DecodeAll(rb.Records, out, nil)
-	h.pool.Put(dec)
+func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
+	out, dls, err := h.decode(ctx, rb.Records)
+	if err != nil {
+		return nil, err
+	}
 	h.r.stampDeadLetters(h.flow, dls)
 	var counts *batch.Batch
 	if h.rules != nil {
@@ -94,6 +100,70 @@ func (h *appendHandler) prepare(_ context.Context, rb *consumer.RecordBatch) (*p
 		return nil, err
 	}
 	return h.appendRows(out, dls, counts)
+}
+
+// decode decodes a batch's records. When the flow infers its columns and
+// some records have fields that are no columns yet, it adds them
+// (runner.evolve) and decodes the batch again with them.
+func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch.Batch, []batch.DeadLetter, error) {
+	for try := 0; ; try++ {
+		dec, err := h.decoder()
+		if err != nil {
+			return nil, nil, err
+		}
+		out := batch.New(dec.Schema(), len(recs))
+		dls := dec.DecodeAll(recs, out, nil)
+		if !h.infers {
+			h.pool.Put(dec)
+			return out, dls, nil
+		}
+		found := dec.Found()
+		h.pool.Put(dec)
+		if len(found) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls) {
+			// A batch of no columns has no length: its rows would be lost.
+			return out, h.valueless(recs, dls), nil
+		}
+		if len(found) == 0 {
+			return out, dls, nil
+		}
+		if try == 2 {
+			// Each pass adds every column the batch lacks: a third means
+			// the columns the destination reports do not hold.
+			return nil, nil, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v", h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
+		}
+		if err := h.r.evolve(ctx, h.flow, found); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// valueless adds to dls the records that decoded into no column: before a
+// table typed by its messages has columns, a message without a field that
+// has a value makes no row it could hold.
+func (h *appendHandler) valueless(recs []batch.Record, dls []batch.DeadLetter) []batch.DeadLetter {
+	bad := map[string]bool{}
+	for _, d := range dls {
+		bad[d.Position] = true
+	}
+	for i := range recs {
+		if rec := &recs[i]; !bad[rec.Position()] {
+			dls = append(dls, batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonMissingField,
+				Error: "the message has no field with a value, and table " + h.flow.Target + " has no columns yet", Payload: rec.Value})
+		}
+	}
+	return dls
+}
+
+// decoder returns a decoder of the flow's current source columns.
+func (h *appendHandler) decoder() (*decode.JSON, error) {
+	if !h.infers {
+		return h.pool.Get().(*decode.JSON), nil
+	}
+	s := h.r.sourceSchema(h.flow)
+	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) {
+		return d, nil
+	}
+	return decode.NewInferring(s, h.r.dataNames())
 }
 
 // prepareChunk appends a chunk of a file source.
@@ -127,7 +197,7 @@ func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter, cou
 		deadLetters: int64(len(dls)),
 		write: func(ctx context.Context, ld sinks.Load) error {
 			if rows.Len() > 0 {
-				if err := ld.Write(ctx, h.flow.Target, rows); err != nil {
+				if err := h.r.writeRows(ctx, ld, h.flow.Target, rows); err != nil {
 					return err
 				}
 			}

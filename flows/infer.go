@@ -2,12 +2,15 @@ package flows
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/naming"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
 )
 
 // Tables whose columns come from the data (docs/schema.md): a Parquet
@@ -16,15 +19,116 @@ import (
 // the target's schema is resolved from it as from declared columns.
 
 // resolveFromData types the pipeline's data-told flows from the files they
-// would read now.
-func (r *runner) resolveFromData() error {
+// would read now, and those of JSON messages from their target's columns
+// in the destination.
+func (r *runner) resolveFromData(ctx context.Context) error {
+	r.inferred = map[string]batch.Schema{}
+	for i := range r.p.Flows {
+		f := &r.p.Flows[i]
+		if !f.InfersJSON() || !f.DataTold(r.p) {
+			continue
+		}
+		var stored batch.Schema
+		err := r.retry(ctx, "read the columns of "+f.Target, func(ctx context.Context) error {
+			var err error
+			stored, err = r.sink.Columns(ctx, f.Target)
+			if errors.Is(err, sinks.ErrUnknownTable) {
+				stored, err = batch.Schema{}, nil
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		r.inferred[f.Name] = sourceColumns(f, stored)
+	}
 	return r.p.ResolveFromData(r.dataSchema)
+}
+
+// sourceColumns are the columns of table t a flow's messages fill: all
+// but those it computes.
+func sourceColumns(f *spec.Flow, t batch.Schema) batch.Schema {
+	out := batch.Schema{}
+	for _, c := range t.Columns {
+		if !slices.ContainsFunc(f.ComputedColumns, func(cc spec.ComputedColumn) bool { return cc.Name == c.Name }) {
+			out.Columns = append(out.Columns, c)
+		}
+	}
+	return out
+}
+
+// evolve adds to a flow that infers its columns from JSON messages the
+// columns its messages were found to need, and to its target, before the
+// load that first carries them writes: the table's columns as the
+// destination has them now (another process may have added some), then
+// those it lacks. On failure nothing changed.
+func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column) error {
+	r.dataMu.Lock()
+	defer r.dataMu.Unlock()
+	var stored batch.Schema
+	err := r.retry(ctx, "read the columns of "+f.Target, func(ctx context.Context) error {
+		var err error
+		stored, err = r.sink.Columns(ctx, f.Target)
+		if errors.Is(err, sinks.ErrUnknownTable) {
+			stored, err = batch.Schema{}, nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	was := r.inferred[f.Name]
+	next := sourceColumns(f, stored)
+	for _, c := range was.Columns {
+		if next.Index(c.Name) < 0 {
+			next.Columns = append(next.Columns, c)
+		}
+	}
+	var added []string
+	for _, c := range found {
+		if next.Index(c.Name) < 0 {
+			next.Columns = append(next.Columns, c)
+			added = append(added, c.Name+" "+c.Type.String())
+		}
+	}
+	r.inferred[f.Name] = next
+	undo := func() {
+		r.inferred[f.Name] = was
+		_ = r.p.ResolveFromData(r.dataSchema, f.Target)
+	}
+	if err := r.p.ResolveFromData(r.dataSchema, f.Target); err != nil {
+		undo()
+		return err
+	}
+	err = r.retry(ctx, "add columns to "+f.Target, func(ctx context.Context) error {
+		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
+	})
+	if err != nil {
+		undo()
+		return err
+	}
+	if len(added) > 0 {
+		r.log.Info("columns added from the messages", "table", f.Target, "flow", f.Name, "columns", added)
+	}
+	return nil
+}
+
+// writeRows writes rows of a target projected onto its columns as they are
+// when written: a table typed by its data may have gained columns since
+// the rows were decoded (they are NULL in them).
+func (r *runner) writeRows(ctx context.Context, ld sinks.Load, table string, b *batch.Batch) error {
+	r.dataMu.RLock()
+	defer r.dataMu.RUnlock()
+	return ld.Write(ctx, table, Project(b, r.p.Table(table).Schema))
 }
 
 // dataSchema is the union of the schemas of the files a data-told flow
 // reads now, with the Hive columns of a files source; empty when it has no
 // file yet.
 func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
+	if f.InfersJSON() {
+		return r.inferred[f.Name], nil
+	}
 	var files []backfill.File
 	hive := false
 	switch {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
 )
@@ -122,8 +123,13 @@ type runner struct {
 	id          string
 	checkpoints checkpoint.Store
 	// dataMu guards the schemas of tables typed by their data once their
-	// first files arrive (ensureFromData) against the flows reading them.
+	// first files arrive (ensureFromData) or new fields of their messages
+	// (evolve) against the flows reading and writing them.
 	dataMu sync.RWMutex
+	// inferred holds, per flow that infers its columns from JSON messages
+	// (spec.Flow.InfersJSON), the columns it decodes: its target's columns
+	// at the start and those its messages added since. Under dataMu.
+	inferred map[string]batch.Schema
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -162,7 +168,7 @@ func (r *runner) execute(ctx context.Context) error {
 		}
 	}
 
-	if err := r.resolveFromData(); err != nil {
+	if err := r.resolveFromData(ctx); err != nil {
 		return err
 	}
 	if err := r.resolveSnapshotSchemas(); err != nil {

@@ -91,6 +91,9 @@ type Sink interface {
 	// anything: safe while other processes write the same destination. It
 	// reads the whole ledger (lineage, _sluice_loads): not for hot paths.
 	Ledger(ctx context.Context) (*batch.Ledger, error)
+	// Columns returns the columns of a table as it is now (without its
+	// _sluice_ metadata columns): ErrUnknownTable when missing.
+	Columns(ctx context.Context, table string) (batch.Schema, error)
 	// Begin starts a load.
 	Begin(ctx context.Context, meta LoadMeta) (Load, error)
 	// Scan returns the logical content of a table: its declared columns,

@@ -106,6 +106,8 @@ type plan struct {
 	schema batch.Schema
 	cols   []column
 	index  map[string]int // JSON field name -> column index, JSON columns only
+	infer  bool           // NewInferring: columns inferred from messages
+	names  func(string) string
 }
 
 // JSON decodes one-object-per-message JSON into a batch of a fixed schema.
@@ -145,6 +147,12 @@ type JSON struct {
 	hints  []hint            // per key position, the column the key there named last time
 	num    []byte            // scratch for number text
 	arena  arena
+
+	// Inferring decoders only (infer.go).
+	keys    []string // per column, the field name that gave its value
+	norm    map[string]normalized
+	found   []batch.Column
+	foundAt map[string]int
 }
 
 // NewJSON returns a decoder for the schema s: the source's columns. s may
@@ -214,13 +222,17 @@ func NewJSON(s batch.Schema, units ...Units) (*JSON, error) {
 		}
 		p.cols[i] = col
 	}
-	return &JSON{plan: p, vals: make([]*fastjson.Value, len(p.cols))}, nil
+	return &JSON{plan: p, vals: make([]*fastjson.Value, len(p.cols)), keys: make([]string, len(p.cols))}, nil
 }
 
 // Clone returns a decoder of the same schema with its own buffers, for use
 // on another goroutine.
 func (d *JSON) Clone() *JSON {
-	return &JSON{plan: d.plan, vals: make([]*fastjson.Value, len(d.cols))}
+	c := &JSON{plan: d.plan, vals: make([]*fastjson.Value, len(d.cols))}
+	if d.infer {
+		c.keys = make([]string, len(d.cols))
+	}
+	return c
 }
 
 // Schema returns the schema of the batches the decoder fills.
@@ -282,6 +294,33 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 		return &Error{Reason: batch.ReasonUndecodable, Msg: "the message is a JSON " + v.Type().String() + ", not an object"}
 	}
 	clear(d.vals)
+	if d.infer {
+		if e := d.visitInferring(obj); e != nil {
+			return e
+		}
+	} else {
+		d.visit(obj)
+	}
+	n := out.Len()
+	for i := range d.cols {
+		var e *Error
+		if c := &d.cols[i]; c.origin == fromJSON {
+			e = d.field(c, d.vals[i], out.Vectors[i])
+		} else {
+			e = d.meta(c, rec, out.Vectors[i])
+		}
+		if e != nil {
+			for _, vec := range out.Vectors[:i] {
+				vec.Truncate(n)
+			}
+			return e
+		}
+	}
+	return nil
+}
+
+// visit collects the values of a record's fields by column (d.vals).
+func (d *JSON) visit(obj *fastjson.Object) {
 	pos := 0
 	obj.Visit(func(key []byte, val *fastjson.Value) {
 		if pos == len(d.hints) {
@@ -299,22 +338,6 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 		}
 		d.vals[h.col] = val
 	})
-	n := out.Len()
-	for i := range d.cols {
-		var e *Error
-		if c := &d.cols[i]; c.origin == fromJSON {
-			e = d.field(c, d.vals[i], out.Vectors[i])
-		} else {
-			e = d.meta(c, rec, out.Vectors[i])
-		}
-		if e != nil {
-			for _, vec := range out.Vectors[:i] {
-				vec.Truncate(n)
-			}
-			return e
-		}
-	}
-	return nil
 }
 
 // meta fills a metadata column from the record.
@@ -416,6 +439,9 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 				return d.mismatch(c, val, "is not an RFC 3339 timestamp")
 			}
 		} else {
+			if d.infer {
+				return d.mismatch(c, val, "is not an RFC 3339 timestamp (the column was inferred from strings)")
+			}
 			text, e := d.number(c, val, "is not a timestamp (an RFC 3339 string or epoch "+unitWord(c.unit)+")")
 			if e != nil {
 				return e

@@ -538,11 +538,20 @@ func (f *Flow) SourceUnits(p *Pipeline) map[string]string {
 // DataTold reports whether only the flow's data tells its columns: a
 // Parquet source that declares none, into a target that declares none.
 func (f *Flow) DataTold(p *Pipeline) bool {
-	if len(f.Source.Columns()) > 0 || needsColumns(&f.Source) {
+	if len(f.Source.Columns()) > 0 || needsColumns(&f.Source) && !f.InfersJSON() {
 		return false
 	}
 	t := p.Table(f.Target)
 	return t != nil && len(t.Columns) == 0
+}
+
+// InfersJSON reports whether the flow is an append flow of Kafka JSON
+// messages that declares no columns: when its target declares none either,
+// the decoder infers the columns from the messages and adds the new ones
+// (docs/schema.md#tables-typed-by-their-json-messages).
+func (f *Flow) InfersJSON() bool {
+	return f.Kind == KindAppend && f.Source.Kafka != nil && len(f.Source.Kafka.Columns) == 0 &&
+		(f.Source.Kafka.Format == "" || f.Source.Kafka.Format == FormatJSON)
 }
 
 // ResolveFromData types the flows whose columns only their data tells with

@@ -615,7 +615,7 @@ func (c *checker) source(i int, f *Flow, kindOK bool, target *Table) {
 			c.add(indexPath(colsPath, j)+".type", "metadata field %s is %s, not %s", col.Name, natural, col.Type)
 		}
 	}
-	if len(s.Columns()) == 0 && needsColumns(s) && target != nil && len(target.Columns) == 0 {
+	if len(s.Columns()) == 0 && needsColumns(s) && !f.InfersJSON() && target != nil && len(target.Columns) == 0 {
 		c.add(sp+".columns", "required: declare the columns to decode here or on table %s", target.Name)
 	}
 }

@@ -432,7 +432,7 @@ destination:
   - name: g
     target: t
     kind: append
-    source: {kafka: {topic: x}} #! flows[1].source.kafka.columns: declare the columns
+    source: {kafka: {topic: x}} # an append flow of JSON messages infers its columns
 `},
 		{"metadata field types", header + tableT + appendFlow + `          - {name: _kafka_offset, type: string} #! flows[0].source.kafka.columns[2].type: metadata field _kafka_offset is int64
           - {name: _kafka_key, type: int64} #! flows[0].source.kafka.columns[3].type: bytes or string

@@ -491,3 +491,15 @@ func (s *Sink) forget(name string) {
 	delete(s.cdc, strings.TrimPrefix(name, physPrefix))
 	s.mu.Unlock()
 }
+
+// Columns returns a table's columns as the server has them.
+func (s *Sink) Columns(ctx context.Context, table string) (batch.Schema, error) {
+	info, err := s.describe(ctx, table)
+	if err != nil {
+		return batch.Schema{}, err
+	}
+	if info == nil {
+		return batch.Schema{}, fmt.Errorf("clickhouse: table %s: %w", table, sinks.ErrUnknownTable)
+	}
+	return info.schema(), nil
+}

@@ -359,3 +359,15 @@ func (s *Sink) ensureTable(t sinks.Table, exists bool, added []string) error {
 	_, err = s.current(t.Name)
 	return err
 }
+
+// Columns returns a table's stored columns.
+func (s *Sink) Columns(_ context.Context, table string) (batch.Schema, error) {
+	d, err := s.readTable(table)
+	if errors.Is(err, fs.ErrNotExist) {
+		return batch.Schema{}, fmt.Errorf("local: table %s: %w", table, sinks.ErrUnknownTable)
+	}
+	if err != nil {
+		return batch.Schema{}, fmt.Errorf("local: table %s: %w", table, err)
+	}
+	return d.Schema, nil
+}

@@ -1,0 +1,161 @@
+package decode
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/valyala/fastjson"
+)
+
+// Inferring decoders read tables whose columns come from the messages
+// (docs/schema.md#tables-typed-by-their-json-messages): a field that is
+// not a column yet is reported with the type its values infer, so that the
+// caller adds the column and decodes the batch again; a record is never
+// loaded without one of its values.
+
+// NewInferring returns a decoder of the columns s inferred from earlier
+// messages. names, when not nil, gives the column name of a field name
+// (naming: snake_case). Its columns take what they were inferred from: a
+// timestamp column only RFC 3339 strings (an integer is not read as epoch
+// milliseconds, as a declared column reads it).
+func NewInferring(s batch.Schema, names func(string) string) (*JSON, error) {
+	d, err := NewJSON(s)
+	if err != nil {
+		return nil, err
+	}
+	d.plan.infer = true
+	d.plan.names = names
+	return d, nil
+}
+
+// Found returns the columns, in order of first appearance, that fields of
+// the records decoded since the last call need and the schema lacks, each
+// nullable and typed by its values: int64 for integers, float64 for
+// numbers (integers among them included), bool, timestamp for RFC 3339
+// strings and string for any string (timestamps among them included). A
+// value of another type than its column's is a type_mismatch of its record
+// once the column exists. Records with such fields were decoded into the
+// batch without them: decode the batch again with the new columns.
+func (d *JSON) Found() []batch.Column {
+	out := d.found
+	d.found, d.foundAt = nil, nil
+	return out
+}
+
+// inferredKind is the type a JSON value infers, or false for null; a
+// nested object or array has none (an error for the caller).
+func inferredKind(val *fastjson.Value) (batch.Type, bool) {
+	switch val.Type() {
+	case fastjson.TypeString:
+		b, _ := val.StringBytes()
+		if _, ok := parseTimestamp(b2s(b)); ok {
+			return batch.Timestamp, true
+		}
+		return batch.String, true
+	case fastjson.TypeNumber:
+		if _, ok, inRange := parseInt(string(val.MarshalTo(nil))); ok && inRange {
+			return batch.Int64, true
+		}
+		return batch.Float64, true
+	case fastjson.TypeTrue, fastjson.TypeFalse:
+		return batch.Bool, true
+	}
+	return batch.Type{}, false
+}
+
+// widen merges the type a new column's values inferred so far with one
+// more value's.
+func widen(have, next batch.Type) batch.Type {
+	switch {
+	case have == next:
+		return have
+	case have == batch.Int64 && next == batch.Float64, have == batch.Float64 && next == batch.Int64:
+		return batch.Float64
+	case have == batch.Timestamp && next == batch.String, have == batch.String && next == batch.Timestamp:
+		return batch.String
+	}
+	return have // the other values will be type mismatches of their records
+}
+
+// unknown handles a field of an inferring decoder's record that is no
+// column: null is nothing to store; anything else is a column to add.
+func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
+	switch val.Type() {
+	case fastjson.TypeNull:
+		return nil
+	case fastjson.TypeObject, fastjson.TypeArray:
+		return &Error{Reason: batch.ReasonTypeMismatch, Field: name, Msg: describe(val) + " is nested, which an inferred table does not hold yet: declare the flow's columns to leave it out"}
+	}
+	if !validNumber(val) {
+		return &Error{Reason: batch.ReasonUndecodable, Field: name, Msg: "invalid JSON: " + clip(string(val.MarshalTo(nil))) + " is not a number"}
+	}
+	t, _ := inferredKind(val)
+	if b, _ := val.StringBytes(); val.Type() == fastjson.TypeString && !utf8.Valid(b) {
+		return invalidUTF8(name, b)
+	}
+	if d.foundAt == nil {
+		d.foundAt = map[string]int{}
+	}
+	if i, ok := d.foundAt[name]; ok {
+		d.found[i].Type = widen(d.found[i].Type, t)
+		return nil
+	}
+	d.foundAt[name] = len(d.found)
+	d.found = append(d.found, batch.Column{Name: name, Type: t, Nullable: true})
+	return nil
+}
+
+func validNumber(val *fastjson.Value) bool {
+	return val.Type() != fastjson.TypeNumber || isJSONNumber(string(val.MarshalTo(nil)))
+}
+
+// normalized is a field name and the column name it maps to.
+type normalized struct{ key, name string }
+
+// columnName maps a field name of an inferring decoder to its column name,
+// cached per decoder.
+func (d *JSON) columnName(key []byte) normalized {
+	if n, ok := d.norm[string(key)]; ok {
+		return n
+	}
+	if d.norm == nil {
+		d.norm = map[string]normalized{}
+	}
+	n := normalized{key: string(key), name: string(key)}
+	if d.names != nil {
+		n.name = d.names(n.key)
+	}
+	d.norm[n.key] = n
+	return n
+}
+
+// visitInferring collects the values of a record's fields by column name
+// (d.vals) and reports the fields that are no column yet.
+func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
+	var err *Error
+	clear(d.keys)
+	obj.Visit(func(key []byte, val *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		n := d.columnName(key)
+		i, ok := d.index[n.name]
+		if !ok {
+			err = d.unknown(n.name, val)
+			return
+		}
+		if d.vals[i] != nil && d.keys[i] != n.key {
+			err = collision(d.keys[i], n.key, n.name)
+			return
+		}
+		d.vals[i], d.keys[i] = val, n.key
+	})
+	return err
+}
+
+// collision is the error of two fields of one record that name one column.
+func collision(a, b, col string) *Error {
+	return &Error{Reason: batch.ReasonTypeMismatch, Field: col, Msg: "fields " + strconv.Quote(a) + " and " + strconv.Quote(b) +
+		" both become column " + col + " under naming: snake_case: rename one, or set naming: direct"}
+}

@@ -1,0 +1,171 @@
+package flows_test
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks/destination"
+)
+
+// TestJSONInferenceAndEvolution checks that an append flow of JSON
+// messages into a table that declares no columns creates the table from
+// its first messages, adds the new fields of each later batch as nullable
+// columns in the load that first carries them (names normalized), keeps
+// the rows loaded before with NULL in them, and sends values that do not
+// fit their inferred column to the dead letters.
+func TestJSONInferenceAndEvolution(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "infer_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: events
+flows:
+  - name: live
+    target: events
+    kind: append
+    source: {kafka: {topic: `+topic+`}}
+`)
+		s.produce(topic)
+		s.update() // nothing yet: no table
+		if err := s.tryScan("events"); err == nil {
+			t.Fatal("the table exists before its first message")
+		}
+		s.produce(topic, `{}`, `{"gone": null}`)
+		s.update() // no field with a value: dead letters, and still no table
+		if err := s.tryScan("events"); err == nil {
+			t.Fatal("the table exists before a message with a value")
+		}
+		s.produce(topic, `{"id": 1, "userName": "ann"}`, `{"id": 2, "userName": "bob", "gone": null}`)
+		s.update()
+		if got, want := s.rows("events", batch.LoadIDColumn), []string{"1,ann", "2,bob"}; !slices.Equal(got, want) {
+			t.Fatalf("first batch: rows %q, want %q", got, want)
+		}
+		s.produce(topic, `{"id": 3, "userName": "cy", "Score": 1.5, "at": "2024-05-01T10:00:00.25Z"}`)
+		s.update()
+		s.produce(topic, `{"id": 4, "ok": true, "Score": 2}`, `{"id": "five"}`, `{"id": 6, "at": 1714557600}`)
+		s.update()
+		cols := columnsOf(t, s, "events")
+		want := []string{"id int64 nullable", "user_name string nullable", "score float64 nullable", "at timestamp nullable", "ok bool nullable"}
+		if !slices.Equal(cols, want) {
+			t.Fatalf("columns %q, want %q", cols, want)
+		}
+		wantRows := []string{
+			"1,ann,∞,∞,∞",
+			"2,bob,∞,∞,∞",
+			"3,cy,1.5,2024-05-01T10:00:00.25Z,∞",
+			"4,∞,2,∞,true",
+		}
+		if got := s.rows("events", batch.LoadIDColumn); !slices.Equal(got, wantRows) {
+			t.Fatalf("rows %q, want %q", got, wantRows)
+		}
+		var bad []string
+		for _, d := range s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target") {
+			bad = append(bad, d)
+		}
+		if len(bad) != 4 || strings.Count(strings.Join(bad, "\n"), "has no columns yet") != 2 || !strings.Contains(strings.Join(bad, "\n"), `field "id": "five" is not`) ||
+			!strings.Contains(strings.Join(bad, "\n"), `field "at": 1714557600 is not an RFC 3339 timestamp`) {
+			t.Fatalf("dead letters %q, want id \"five\" and the integer at", bad)
+		}
+		// A restart reads the columns from the destination and goes on.
+		s.produce(topic, `{"id": 7, "userName": "dee", "extra": "x"}`)
+		s.update()
+		if got := columnsOf(t, s, "events"); len(got) != 6 || got[5] != "extra string nullable" {
+			t.Fatalf("columns after a restart %q", got)
+		}
+		if got := s.rows("events", batch.LoadIDColumn); len(got) != 5 || got[4] != "7,dee,∞,∞,∞,x" {
+			t.Fatalf("rows after a restart %q", got)
+		}
+		if dname == "local" {
+			// parquet-go alone reads the table's files, older ones without
+			// the columns added since.
+			got := readEvents(t, filepath.Join(s.p.Path(s.p.Destination.Local.Path), "events"))
+			want := []string{"1,ann,,,", "2,bob,,,", "3,cy,1.5,,", "4,,2,true,", "7,dee,,,x"}
+			if !slices.Equal(got, want) {
+				t.Fatalf("files read by parquet-go: %q, want %q", got, want)
+			}
+		}
+	})
+}
+
+// readEvents reads every Parquet file of a local table's current version
+// with parquet-go.
+func readEvents(t *testing.T, dir string) []string {
+	t.Helper()
+	type row struct {
+		ID       *int64   `parquet:"id,optional"`
+		UserName *string  `parquet:"user_name,optional"`
+		Score    *float64 `parquet:"score,optional"`
+		OK       *bool    `parquet:"ok,optional"`
+		Extra    *string  `parquet:"extra,optional"`
+	}
+	str := func(v any) string {
+		switch v := v.(type) {
+		case *int64:
+			if v != nil {
+				return fmt.Sprint(*v)
+			}
+		case *string:
+			if v != nil {
+				return *v
+			}
+		case *float64:
+			if v != nil {
+				return fmt.Sprint(*v)
+			}
+		case *bool:
+			if v != nil {
+				return fmt.Sprint(*v)
+			}
+		}
+		return ""
+	}
+	var out []string
+	err := filepath.WalkDir(dir+"/", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".parquet") {
+			return err
+		}
+		rows, err := parquet.ReadFile[row](path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for _, r := range rows {
+			out = append(out, strings.Join([]string{str(r.ID), str(r.UserName), str(r.Score), str(r.OK), str(r.Extra)}, ","))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// columnsOf lists a table's columns as "name type [nullable]".
+func columnsOf(t *testing.T, s *stepper, table string) []string {
+	t.Helper()
+	ctx := t.Context()
+	sink, err := destination.Open(ctx, s.p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	cols, err := sink.Columns(ctx, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range cols.Columns {
+		d := c.Name + " " + c.Type.String()
+		if c.Nullable {
+			d += " nullable"
+		}
+		out = append(out, d)
+	}
+	return out
+}
