@@ -64,18 +64,19 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 		if err != nil {
 			return nil, err
 		}
+		proto.Govern(h.contract())
 		h.pool.New = func() any { return proto.Clone() }
 	}
 	return h, nil
 }
 
 func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
-	out, dls, err := h.decode(ctx, rb.Records)
+	out, dls, discarded, err := h.decode(ctx, rb.Records)
 	if err != nil {
 		return nil, err
 	}
 	h.r.stampDeadLetters(h.flow, dls)
-	var counts *batch.Batch
+	counts := h.r.count(nil, h.flow, ContractCount, spec.ContractDiscardRow, discarded)
 	if h.rules != nil {
 		// The decoded rows are the records that are not dead letters, in order.
 		recs := make([]int, 0, out.Len())
@@ -94,7 +95,13 @@ func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (
 		if err != nil {
 			return nil, err
 		}
-		out, counts, dls = res.batch, res.counts, append(dls, res.dls...)
+		out, dls = res.batch, append(dls, res.dls...)
+		switch {
+		case counts == nil:
+			counts = res.counts
+		case res.counts != nil:
+			counts.AppendBatch(res.counts)
+		}
 	}
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
@@ -105,36 +112,50 @@ func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (
 // decode decodes a batch's records. When the flow infers its columns and
 // some records have fields that are no columns yet, it adds them
 // (runner.evolve) and decodes the batch again with them.
-func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch.Batch, []batch.DeadLetter, error) {
+//
+// It returns the decoded rows, the dead letters, and how many records the
+// schema contract discarded.
+func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch.Batch, []batch.DeadLetter, int64, error) {
 	for try := 0; ; try++ {
 		dec, err := h.decoder()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		out := batch.New(dec.Schema(), len(recs))
 		dls := dec.DecodeAll(recs, out, nil)
+		discarded := dec.Discarded()
 		if !h.infers {
 			h.pool.Put(dec)
-			return out, dls, nil
+			return out, dls, discarded, nil
 		}
 		found := dec.Found()
 		h.pool.Put(dec)
-		if len(found) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls) {
+		if len(found) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls)+int(discarded) {
 			// A batch of no columns has no length: its rows would be lost.
-			return out, h.valueless(recs, dls), nil
+			return out, h.valueless(recs, dls), discarded, nil
 		}
 		if len(found) == 0 {
-			return out, dls, nil
+			return out, dls, discarded, nil
 		}
 		if try == 2 {
 			// Each pass adds every column the batch lacks: a third means
 			// the columns the destination reports do not hold.
-			return nil, nil, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v", h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
+			return nil, nil, 0, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v", h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
 		}
 		if err := h.r.evolve(ctx, h.flow, found); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 	}
+}
+
+// ContractCount is the expectation name of the records a schema contract
+// of discard_row left out, in _sluice_expectations.
+const ContractCount = "(schema_contract)"
+
+// contract is the flow's schema contract as its decoders apply it.
+func (h *appendHandler) contract() decode.Contract {
+	c := h.flow.Contract(h.r.p)
+	return decode.Contract{Columns: c.Columns, DataType: c.DataType}
 }
 
 // valueless adds to dls the records that decoded into no column: before a
@@ -163,7 +184,18 @@ func (h *appendHandler) decoder() (*decode.JSON, error) {
 	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) {
 		return d, nil
 	}
-	return decode.NewInferring(s, h.r.dataNames())
+	d, err := decode.NewInferring(s, h.r.dataNames())
+	if err != nil {
+		return nil, err
+	}
+	c := h.contract()
+	if len(s.Columns) == 0 {
+		// A contract governs the changes of a table: its first messages
+		// give it its columns.
+		c.Columns = decode.Evolve
+	}
+	d.Govern(c)
+	return d, nil
 }
 
 // prepareChunk appends a chunk of a file source.

@@ -76,22 +76,8 @@ func (fr *flowRules) apply(r *runner, b *batch.Batch, pass []bool, deadLetter fu
 		out.dls = append(out.dls, d)
 	}
 	r.stampDeadLetters(f, out.dls)
-	now := time.Now().UTC().UnixMicro()
 	add := func(expectation, action string, n int64) {
-		if n == 0 {
-			return
-		}
-		if out.counts == nil {
-			out.counts = batch.New(batch.ExpectationsSchema, len(f.Expectations)+1)
-		}
-		v := out.counts.Vectors
-		v[0].AppendString(r.p.Pipeline)
-		v[1].AppendString(f.Name)
-		v[2].AppendString(f.Target)
-		v[3].AppendString(expectation)
-		v[4].AppendString(action)
-		v[5].AppendInt(n)
-		v[6].AppendInt(now)
+		out.counts = r.count(out.counts, f, expectation, action, n)
 	}
 	for _, e := range f.Expectations {
 		action := e.OnViolation
@@ -102,6 +88,27 @@ func (fr *flowRules) apply(r *runner, b *batch.Batch, pass []bool, deadLetter fu
 	}
 	add("", "filtered", res.Filtered)
 	return out, nil
+}
+
+// count adds to counts (of batch.ExpectationsSchema, made when nil) the
+// row of n records an expectation (or the where filter, or the schema
+// contract) counted; nothing when n is 0.
+func (r *runner) count(counts *batch.Batch, f *spec.Flow, expectation, action string, n int64) *batch.Batch {
+	if n == 0 {
+		return counts
+	}
+	if counts == nil {
+		counts = batch.New(batch.ExpectationsSchema, len(f.Expectations)+2)
+	}
+	v := counts.Vectors
+	v[0].AppendString(r.p.Pipeline)
+	v[1].AppendString(f.Name)
+	v[2].AppendString(f.Target)
+	v[3].AppendString(expectation)
+	v[4].AppendString(action)
+	v[5].AppendInt(n)
+	v[6].AppendInt(time.Now().UTC().UnixMicro())
+	return counts
 }
 
 // rowDeadLetter is the dead-letter skeleton of a row with no message of

@@ -67,6 +67,9 @@ const (
 	ReasonNullSequence = "null_sequence"
 	ReasonBadCursor    = "bad_cursor"
 	ReasonInvalidUTF8  = "invalid_utf8"
+	// ReasonSchemaContract: a field that is no column, or a value that does
+	// not fit its inferred column, under schema_contract freeze.
+	ReasonSchemaContract = "schema_contract"
 )
 
 // Names of sluice's own tables and metadata columns.

@@ -14,6 +14,115 @@ import (
 // caller adds the column and decodes the batch again; a record is never
 // loaded without one of its values.
 
+// Schema contract modes (Contract), as the spec spells them.
+const (
+	Evolve       = "evolve"
+	Freeze       = "freeze"
+	DiscardRow   = "discard_row"
+	DiscardValue = "discard_value"
+)
+
+// Contract says what a decoder does with a field that is no column
+// (Columns) and with a value that does not fit its column (DataType),
+// docs/schema.md#schema-contracts. evolve applies to inferring decoders: a
+// new field is reported by Found, and a value of another type goes to the
+// variant column <name>__v_<type>. The zero Contract is a declared table's:
+// fields that are no column are ignored, a value that does not fit is a
+// type_mismatch.
+type Contract struct {
+	Columns  string
+	DataType string
+}
+
+// reasonDiscarded marks a record left out under discard_row: counted
+// (Discarded), not a dead letter.
+const reasonDiscarded = "discarded"
+
+// Govern sets the decoder's contract; call it before Clone.
+func (d *JSON) Govern(c Contract) {
+	if c.Columns == "" {
+		c.Columns = DiscardValue
+	}
+	if c.DataType == "" {
+		c.DataType = Freeze
+	}
+	d.plan.contract = c
+}
+
+// Discarded returns how many records DecodeAll left out under discard_row
+// since the last call.
+func (d *JSON) Discarded() int64 {
+	n := d.discarded
+	d.discarded = 0
+	return n
+}
+
+// VariantName is the column that holds a column's values of type t that
+// its own type does not take.
+func VariantName(column string, t batch.Type) string { return column + "__v_" + t.String() }
+
+// stray applies the contract to a field that is no column and has a value.
+func (d *JSON) stray(name string, val *fastjson.Value) *Error {
+	switch d.contract.Columns {
+	case Freeze:
+		return &Error{Reason: batch.ReasonSchemaContract, Field: name, Msg: "is not a column of the table (schema_contract columns: freeze)"}
+	case DiscardRow:
+		return &Error{Reason: reasonDiscarded, Field: name}
+	case Evolve:
+		return d.unknown(name, val)
+	}
+	return nil
+}
+
+// misfit applies the contract to a value of column i that its type does
+// not take (e, a type_mismatch). It returns retry when the value was
+// moved to its variant column (decode the record's columns again), or
+// the error of the record, nil when the value is left out.
+func (d *JSON) misfit(i int, val *fastjson.Value, vec *batch.Vector, e *Error) (retry bool, err *Error) {
+	c := &d.cols[i]
+	switch d.contract.DataType {
+	case Evolve:
+		t, ok := inferredKind(val)
+		if !ok || d.variant[i] {
+			return false, e
+		}
+		name := VariantName(c.name, t)
+		if j, ok := d.index[name]; ok {
+			d.vals[j], d.vals[i] = val, nil
+			return true, nil
+		}
+		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
+		vec.AppendNull()
+		return false, nil
+	case DiscardRow:
+		return false, &Error{Reason: reasonDiscarded, Field: c.name}
+	case DiscardValue:
+		if c.nullable {
+			vec.AppendNull()
+			return false, nil
+		}
+	case Freeze:
+		if d.infer {
+			e.Reason = batch.ReasonSchemaContract
+			e.Msg += " (schema_contract data_type: freeze)"
+		}
+	}
+	return false, e
+}
+
+// appendFound adds a column to found, or widens the one of its name.
+func appendFound(found []batch.Column, at *map[string]int, c batch.Column) []batch.Column {
+	if *at == nil {
+		*at = map[string]int{}
+	}
+	if i, ok := (*at)[c.Name]; ok {
+		found[i].Type = widen(found[i].Type, c.Type)
+		return found
+	}
+	(*at)[c.Name] = len(found)
+	return append(found, c)
+}
+
 // NewInferring returns a decoder of the columns s inferred from earlier
 // messages. names, when not nil, gives the column name of a field name
 // (naming: snake_case). Its columns take what they were inferred from: a
@@ -26,6 +135,17 @@ func NewInferring(s batch.Schema, names func(string) string) (*JSON, error) {
 	}
 	d.plan.infer = true
 	d.plan.names = names
+	d.plan.contract = Contract{Columns: Evolve, DataType: Evolve}
+	d.plan.variant = make([]bool, len(s.Columns))
+	for i, c := range s.Columns {
+		// A column named <base>__v_<its type> beside <base> holds base's
+		// values of that type: its own values have no variant.
+		for _, b := range s.Columns {
+			if c.Name == VariantName(b.Name, c.Type) {
+				d.plan.variant[i] = true
+			}
+		}
+	}
 	return d, nil
 }
 
@@ -78,12 +198,10 @@ func widen(have, next batch.Type) batch.Type {
 	return have // the other values will be type mismatches of their records
 }
 
-// unknown handles a field of an inferring decoder's record that is no
-// column: null is nothing to store; anything else is a column to add.
+// unknown handles a field with a value that is no column, under
+// columns: evolve: a column to add.
 func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
 	switch val.Type() {
-	case fastjson.TypeNull:
-		return nil
 	case fastjson.TypeObject, fastjson.TypeArray:
 		return &Error{Reason: batch.ReasonTypeMismatch, Field: name, Msg: describe(val) + " is nested, which an inferred table does not hold yet: declare the flow's columns to leave it out"}
 	}
@@ -94,15 +212,7 @@ func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
 	if b, _ := val.StringBytes(); val.Type() == fastjson.TypeString && !utf8.Valid(b) {
 		return invalidUTF8(name, b)
 	}
-	if d.foundAt == nil {
-		d.foundAt = map[string]int{}
-	}
-	if i, ok := d.foundAt[name]; ok {
-		d.found[i].Type = widen(d.found[i].Type, t)
-		return nil
-	}
-	d.foundAt[name] = len(d.found)
-	d.found = append(d.found, batch.Column{Name: name, Type: t, Nullable: true})
+	d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
 	return nil
 }
 
@@ -142,7 +252,9 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 		n := d.columnName(key)
 		i, ok := d.index[n.name]
 		if !ok {
-			err = d.unknown(n.name, val)
+			if val.Type() != fastjson.TypeNull {
+				err = d.stray(n.name, val)
+			}
 			return
 		}
 		if d.vals[i] != nil && d.keys[i] != n.key {

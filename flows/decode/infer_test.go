@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,17 +11,26 @@ import (
 
 func inferAll(t *testing.T, s batch.Schema, msgs ...string) (*batch.Batch, []batch.DeadLetter, []batch.Column) {
 	t.Helper()
+	out, dls, found, _ := governed(t, s, Contract{Columns: Evolve, DataType: Evolve}, msgs...)
+	return out, dls, found
+}
+
+// governed decodes msgs with an inferring decoder of s under c, and
+// returns the records it discarded too.
+func governed(t *testing.T, s batch.Schema, c Contract, msgs ...string) (*batch.Batch, []batch.DeadLetter, []batch.Column, int64) {
+	t.Helper()
 	d, err := NewInferring(s, naming.SnakeCase)
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.Govern(c)
 	recs := make([]batch.Record, len(msgs))
 	for i, m := range msgs {
 		recs[i] = batch.Record{Topic: "t", Offset: int64(i), Value: []byte(m)}
 	}
 	out := batch.New(s, len(recs))
 	dls := d.DecodeAll(recs, out, nil)
-	return out, dls, d.Found()
+	return out, dls, d.Found(), d.Discarded()
 }
 
 func TestInferringFindsColumnsThenDecodes(t *testing.T) {
@@ -59,8 +69,6 @@ func TestInferringRefusesWhatItCannotHold(t *testing.T) {
 		{Name: "user_name", Type: batch.String, Nullable: true},
 	}}
 	tests := []struct{ msg, reason, text string }{
-		{`{"id": 1.5}`, batch.ReasonTypeMismatch, "is not an integer"},
-		{`{"at": 1714557600000}`, batch.ReasonTypeMismatch, "inferred from strings"},
 		{`{"user_name": "a", "userName": "b"}`, batch.ReasonTypeMismatch, "both become column user_name"},
 		{`{"items": [1, 2]}`, batch.ReasonTypeMismatch, "nested"},
 		{"{\"note\": \"caf\xe9\"}", batch.ReasonInvalidUTF8, "not valid UTF-8"},
@@ -73,6 +81,93 @@ func TestInferringRefusesWhatItCannotHold(t *testing.T) {
 		}
 		if dls[0].Reason != tc.reason || !strings.Contains(dls[0].Error, tc.text) {
 			t.Errorf("%s: %s %q, want %s with %q", tc.msg, dls[0].Reason, dls[0].Error, tc.reason, tc.text)
+		}
+	}
+}
+
+func TestInferringContracts(t *testing.T) {
+	s := batch.Schema{Columns: []batch.Column{
+		{Name: "id", Type: batch.Int64, Nullable: true},
+		{Name: "at", Type: batch.Timestamp, Nullable: true},
+	}}
+	withVariant := batch.Schema{Columns: append(slices.Clone(s.Columns), batch.Column{Name: "id__v_float64", Type: batch.Float64, Nullable: true})}
+	tests := []struct {
+		name     string
+		schema   batch.Schema
+		contract Contract
+		msg      string
+		rows     int
+		reason   string // of the one dead letter, "" for none
+		found    []string
+		discard  int64
+	}{
+		{"evolve finds the variant", s, Contract{Evolve, Evolve}, `{"id": 1.5}`, 1, "", []string{"id__v_float64 float64"}, 0},
+		{"evolve fills the variant", withVariant, Contract{Evolve, Evolve}, `{"id": 1.5}`, 1, "", nil, 0},
+		{"an integer timestamp has a variant", s, Contract{Evolve, Evolve}, `{"at": 1714557600000}`, 1, "", []string{"at__v_int64 int64"}, 0},
+		{"freeze type", s, Contract{Evolve, Freeze}, `{"id": 1.5}`, 0, batch.ReasonSchemaContract, nil, 0},
+		{"discard_row type", s, Contract{Evolve, DiscardRow}, `{"id": 1.5}`, 0, "", nil, 1},
+		{"discard_value type", s, Contract{Evolve, DiscardValue}, `{"id": 1.5, "at": "2024-01-01T00:00:00Z"}`, 1, "", nil, 0},
+		{"freeze columns", s, Contract{Freeze, Evolve}, `{"id": 1, "x": 2}`, 0, batch.ReasonSchemaContract, nil, 0},
+		{"discard_row columns", s, Contract{DiscardRow, Evolve}, `{"id": 1, "x": 2}`, 0, "", nil, 1},
+		{"discard_value columns", s, Contract{DiscardValue, Evolve}, `{"id": 1, "x": 2}`, 1, "", nil, 0},
+		{"a null field is no new column", s, Contract{Freeze, Freeze}, `{"id": 1, "x": null}`, 1, "", nil, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, dls, found, discarded := governed(t, tc.schema, tc.contract, tc.msg)
+			var names []string
+			for _, c := range found {
+				names = append(names, c.Name+" "+c.Type.String())
+			}
+			if out.Len() != tc.rows || !slices.Equal(names, tc.found) || discarded != tc.discard {
+				t.Fatalf("%d rows, found %v, %d discarded; want %d, %v, %d", out.Len(), names, discarded, tc.rows, tc.found, tc.discard)
+			}
+			switch {
+			case tc.reason == "" && len(dls) > 0:
+				t.Fatalf("dead letters %v", dls)
+			case tc.reason != "" && (len(dls) != 1 || dls[0].Reason != tc.reason):
+				t.Fatalf("dead letters %v, want one %s", dls, tc.reason)
+			}
+		})
+	}
+	// The variant holds the value, the column NULL.
+	out, _, _ := inferAll(t, withVariant, `{"id": 1.5}`, `{"id": 2}`)
+	if got := []any{out.Vectors[0].Value(0), out.Vectors[2].Value(0), out.Vectors[0].Value(1), out.Vectors[2].Value(1)}; !slices.Equal(got, []any{nil, 1.5, int64(2), nil}) {
+		t.Fatalf("values %v", got)
+	}
+}
+
+func TestDeclaredContracts(t *testing.T) {
+	s := batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64, Nullable: true}}}
+	for _, tc := range []struct {
+		contract   Contract
+		msg        string
+		rows, dead int
+		discarded  int64
+	}{
+		{Contract{}, `{"id": 1, "x": 2}`, 1, 0, 0},
+		{Contract{Freeze, Freeze}, `{"id": 1, "x": 2}`, 0, 1, 0},
+		{Contract{Freeze, Freeze}, `{"id": 1, "_kafka_offset": 2, "x": null}`, 1, 0, 0},
+		{Contract{DiscardRow, Freeze}, `{"id": 1, "x": 2}`, 0, 0, 1},
+		{Contract{DiscardValue, DiscardValue}, `{"id": "one"}`, 1, 0, 0},
+		{Contract{DiscardValue, DiscardRow}, `{"id": "one"}`, 0, 0, 1},
+		{Contract{DiscardValue, Freeze}, `{"id": "one"}`, 0, 1, 0},
+	} {
+		d, err := NewJSON(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Govern(tc.contract)
+		out := batch.New(s, 1)
+		dls := d.DecodeAll([]batch.Record{{Value: []byte(tc.msg)}}, out, nil)
+		if out.Len() != tc.rows || len(dls) != tc.dead || d.Discarded() != tc.discarded {
+			t.Errorf("%v %s: %d rows, dead letters %v; want %d rows, %d dead, %d discarded", tc.contract, tc.msg, out.Len(), dls, tc.rows, tc.dead, tc.discarded)
+		}
+		if tc.dead == 1 && tc.contract.Columns == Freeze && dls[0].Reason != batch.ReasonSchemaContract {
+			t.Errorf("%s: reason %s", tc.msg, dls[0].Reason)
+		}
+		if tc.dead == 1 && tc.contract.DataType == Freeze && tc.contract.Columns != Freeze && dls[0].Reason != batch.ReasonTypeMismatch {
+			t.Errorf("%s: reason %s, a declared column's misfit is a type_mismatch", tc.msg, dls[0].Reason)
 		}
 	}
 }

@@ -103,11 +103,13 @@ type hint struct {
 
 // plan is what NewJSON derives from the schema; clones share it.
 type plan struct {
-	schema batch.Schema
-	cols   []column
-	index  map[string]int // JSON field name -> column index, JSON columns only
-	infer  bool           // NewInferring: columns inferred from messages
-	names  func(string) string
+	schema   batch.Schema
+	cols     []column
+	index    map[string]int // JSON field name -> column index, JSON columns only
+	infer    bool           // NewInferring: columns inferred from messages
+	names    func(string) string
+	contract Contract // Govern; the zero value when not governed
+	variant  []bool   // per column, whether it is a variant column (infer only)
 }
 
 // JSON decodes one-object-per-message JSON into a batch of a fixed schema.
@@ -149,10 +151,13 @@ type JSON struct {
 	arena  arena
 
 	// Inferring decoders only (infer.go).
-	keys    []string // per column, the field name that gave its value
-	norm    map[string]normalized
-	found   []batch.Column
-	foundAt map[string]int
+	keys      []string // per column, the field name that gave its value
+	norm      map[string]normalized
+	found     []batch.Column
+	foundAt   map[string]int
+	strayKey  string // a field of the record that is no column (governed declared decoders)
+	strayVal  *fastjson.Value
+	discarded int64
 }
 
 // NewJSON returns a decoder for the schema s: the source's columns. s may
@@ -256,6 +261,10 @@ func (d *JSON) DecodeAll(recs []batch.Record, out *batch.Batch, dls []batch.Dead
 	for i := range recs {
 		rec := &recs[i]
 		if err := d.decode(rec, out); err != nil {
+			if err.Reason == reasonDiscarded {
+				d.discarded++
+				continue
+			}
 			dls = append(dls, batch.DeadLetter{
 				Source:   rec.Topic,
 				Position: rec.Position(),
@@ -300,23 +309,50 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 		}
 	} else {
 		d.visit(obj)
+		if d.strayKey != "" {
+			key, val := d.strayKey, d.strayVal
+			d.strayKey, d.strayVal = "", nil
+			if e := d.stray(key, val); e != nil {
+				return e
+			}
+		}
 	}
 	n := out.Len()
+	for moves := 0; ; moves++ {
+		retry, e := d.columns(rec, out, moves < len(d.cols))
+		if e != nil || retry {
+			out.Truncate(n)
+		}
+		if !retry {
+			return e
+		}
+	}
+}
+
+// columns appends the record's values (d.vals) to out; retry when a value
+// moved to its variant column and the row must be appended again.
+func (d *JSON) columns(rec *batch.Record, out *batch.Batch, mayMove bool) (retry bool, _ *Error) {
 	for i := range d.cols {
 		var e *Error
 		if c := &d.cols[i]; c.origin == fromJSON {
 			e = d.field(c, d.vals[i], out.Vectors[i])
+			if e != nil && e.Reason == batch.ReasonTypeMismatch && (d.infer || d.contract.DataType == DiscardRow || d.contract.DataType == DiscardValue) {
+				var moved bool
+				if moved, e = d.misfit(i, d.vals[i], out.Vectors[i], e); moved {
+					if !mayMove {
+						return false, &Error{Reason: batch.ReasonTypeMismatch, Field: c.name, Msg: "fits neither the column nor its variant columns"}
+					}
+					return true, nil
+				}
+			}
 		} else {
 			e = d.meta(c, rec, out.Vectors[i])
 		}
 		if e != nil {
-			for _, vec := range out.Vectors[:i] {
-				vec.Truncate(n)
-			}
-			return e
+			return false, e
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // visit collects the values of a record's fields by column (d.vals).
@@ -332,12 +368,23 @@ func (d *JSON) visit(obj *fastjson.Object) {
 			i, ok := d.index[string(key)]
 			if !ok {
 				h.key, h.col = "", -1
+				if d.contract.Columns != "" && d.contract.Columns != DiscardValue && d.strayKey == "" &&
+					val.Type() != fastjson.TypeNull && !isMetadata(string(key)) {
+					d.strayKey, d.strayVal = string(key), val
+				}
 				return
 			}
 			h.key, h.col = d.cols[i].name, i
 		}
 		d.vals[h.col] = val
 	})
+}
+
+// isMetadata reports whether a field name is one of the record's metadata
+// fields, which are no field of the message to govern.
+func isMetadata(name string) bool {
+	_, ok := batch.KafkaFields[name]
+	return ok || name == FieldFilePath
 }
 
 // meta fills a metadata column from the record.

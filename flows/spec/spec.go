@@ -225,6 +225,43 @@ const (
 	ViolationFail = "fail"
 )
 
+// Schema contract modes (Flow.SchemaContract), dlt's names.
+const (
+	ContractEvolve       = "evolve"        // add the column (columns) or a variant column (data_type)
+	ContractFreeze       = "freeze"        // the record is a dead letter
+	ContractDiscardRow   = "discard_row"   // the record is left out, and counted
+	ContractDiscardValue = "discard_value" // the value is left out (NULL)
+)
+
+// SchemaContract governs what an append flow of JSON messages does with a
+// field that is no column of its table (Columns) and with a value that
+// does not fit its column's type (DataType); docs/schema.md#schema-contracts.
+type SchemaContract struct {
+	Columns  string `yaml:"columns" json:",omitempty"`
+	DataType string `yaml:"data_type" json:",omitempty"`
+	Line     int    `yaml:"-" json:"-"`
+}
+
+// Contract returns the flow's schema contract with its defaults: evolve
+// for a flow whose columns its messages tell, else columns: discard_value
+// (undeclared fields are ignored) and data_type: freeze (a value that does
+// not fit its declared column is a dead letter).
+func (f *Flow) Contract(p *Pipeline) SchemaContract {
+	c := SchemaContract{Columns: ContractDiscardValue, DataType: ContractFreeze}
+	if f.InfersJSON() && f.DataTold(p) {
+		c = SchemaContract{Columns: ContractEvolve, DataType: ContractEvolve}
+	}
+	if f.SchemaContract != nil {
+		if f.SchemaContract.Columns != "" {
+			c.Columns = f.SchemaContract.Columns
+		}
+		if f.SchemaContract.DataType != "" {
+			c.DataType = f.SchemaContract.DataType
+		}
+	}
+	return c
+}
+
 // Flow reads one source and writes one target table.
 type Flow struct {
 	Name   string `yaml:"name"`   // required; an identifier, not starting with _sluice_, unique
@@ -242,6 +279,7 @@ type Flow struct {
 	ComputedColumns []ComputedColumn `yaml:"computed_columns" json:",omitempty"` // appended to the record's columns
 	Where           string           `yaml:"where" json:",omitempty"`            // keep the records for which it is true
 	Expectations    []Expectation    `yaml:"expectations" json:",omitempty"`     // data contracts on each record
+	SchemaContract  *SchemaContract  `yaml:"schema_contract" json:",omitempty"`  // append flows of JSON messages: new fields, ill-typed values
 
 	// Append flows.
 	Write       string       `yaml:"write"`       // append (default) or replace_partitions

@@ -391,6 +391,7 @@ var flowKeyKinds = []struct {
 	kinds []string
 }{
 	{"write", []string{KindAppend}},
+	{"schema_contract", []string{KindAppend}},
 	{"incremental", []string{KindAppend, KindAutoCDC}},
 	{"keys", []string{KindAutoCDC, KindAutoCDCFromSnapshot}},
 	{"sequence_by", []string{KindAutoCDC}},
@@ -794,6 +795,32 @@ func (c *checker) appendFlow(i int, f *Flow) {
 		c.add(path+".write", "unknown value %q: append or replace_partitions", f.Write)
 	}
 	c.incremental(i, f)
+	c.schemaContract(i, f)
+}
+
+// schemaContract checks an append flow's schema_contract.
+func (c *checker) schemaContract(i int, f *Flow) {
+	sc := f.SchemaContract
+	if sc == nil {
+		return
+	}
+	path := indexPath("flows", i) + ".schema_contract"
+	if f.Source.Kafka == nil || (f.Source.Kafka.Format != "" && f.Source.Kafka.Format != FormatJSON) {
+		c.add(path, "a schema contract governs the fields of JSON messages: it applies to kafka sources of format json")
+		return
+	}
+	inferred := f.InfersJSON() && f.DataTold(c.p)
+	for _, k := range []struct{ key, val string }{{"columns", sc.Columns}, {"data_type", sc.DataType}} {
+		switch k.val {
+		case "", ContractFreeze, ContractDiscardRow, ContractDiscardValue:
+		case ContractEvolve:
+			if !inferred {
+				c.add(path+"."+k.key, "evolve applies to a table typed by its messages: leave out the columns of table %s and of the flow's source, or choose freeze, discard_row or discard_value", f.Target)
+			}
+		default:
+			c.add(path+"."+k.key, "unknown value %q: evolve, freeze, discard_row or discard_value", k.val)
+		}
+	}
 }
 
 func (c *checker) incremental(i int, f *Flow) {

@@ -434,6 +434,31 @@ destination:
     kind: append
     source: {kafka: {topic: x}} # an append flow of JSON messages infers its columns
 `},
+		{"schema contracts", header + tableT + `  - name: d
+    columns:
+      - {name: id, type: int64}
+flows:
+  - name: f
+    target: t
+    kind: append
+    source: {kafka: {topic: x}}
+    schema_contract: {columns: freeze, data_type: evolve}
+  - name: g
+    target: d
+    kind: append
+    source: {kafka: {topic: x}}
+    schema_contract: {columns: evolve, data_type: discard_row} #! flows[1].schema_contract.columns: evolve applies to a table typed by its messages
+  - name: h
+    target: t
+    kind: append
+    source: {files: {path: "a/*.parquet"}}
+    schema_contract: {columns: freeze} #! flows[2].schema_contract: applies to kafka sources of format json
+  - name: i
+    target: d
+    kind: append
+    source: {kafka: {topic: x}}
+    schema_contract: {data_type: sometimes} #! flows[3].schema_contract.data_type: unknown value "sometimes"
+`},
 		{"metadata field types", header + tableT + appendFlow + `          - {name: _kafka_offset, type: string} #! flows[0].source.kafka.columns[2].type: metadata field _kafka_offset is int64
           - {name: _kafka_key, type: int64} #! flows[0].source.kafka.columns[3].type: bytes or string
           - {name: _kafka_timestamp, type: timestamp}
