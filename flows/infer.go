@@ -107,6 +107,7 @@ func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column)
 		undo()
 		return err
 	}
+	r.schemaChanged()
 	if len(added) > 0 {
 		r.log.Info("columns added from the messages", "table", f.Target, "flow", f.Name, "columns", added)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
@@ -79,6 +80,26 @@ flows:
 		}
 		if got := s.rows("events", batch.LoadIDColumn); len(got) != 7 || got[5] != "7,dee,∞,∞,∞,∞,∞,x" {
 			t.Fatalf("rows after a restart %q", got)
+		}
+		// Each batch that changed the columns wrote a version, with the
+		// pipeline's schema of then; the first, of the messages without a
+		// value, has no table.
+		vs := s.rows(batch.VersionTable, "inserted_at", batch.LoadIDColumn, "pipeline", "version_hash")
+		if len(vs) != 5 || !strings.Contains(vs[0], `"tables":[]`) {
+			t.Fatalf("%s: %q, want 5 versions", batch.VersionTable, vs)
+		}
+		vs = vs[1:]
+		for i, v := range vs {
+			if !strings.HasPrefix(v, fmt.Sprint(i+2)+",") || !strings.HasSuffix(v, ",live") {
+				t.Fatalf("version %d: %q", i+2, v)
+			}
+		}
+		if !strings.Contains(vs[0], `{"name":"user_name","type":"string","nullable":true}`) || strings.Contains(vs[0], "score") ||
+			!strings.Contains(vs[2], "id__v_string") || !strings.Contains(vs[3], `"extra"`) {
+			t.Fatalf("version schemas %q", vs)
+		}
+		if v := s.schemaStatus(); v == nil || v.Version != 5 || len(v.Hash) != 64 {
+			t.Fatalf("status shows schema %+v, want version 5", v)
 		}
 		if dname == "local" {
 			// parquet-go alone reads the table's files, older ones without
@@ -212,5 +233,24 @@ flows:
 		if !slices.Equal(counts, []string{"second,strict,(schema_contract),discard_row,2"}) {
 			t.Fatalf("counts %q, want the two records discard_row left out", counts)
 		}
+		if got := s.status("second").Expectations; len(got) != 1 || got[0].Rows != 2 || got[0].Action != "discard_row" {
+			t.Fatalf("status counts %+v", got)
+		}
 	})
+}
+
+// schemaStatus returns the schema version `sluice status` shows.
+func (s *stepper) schemaStatus() *flows.SchemaVersion {
+	s.t.Helper()
+	ctx := s.t.Context()
+	sink, err := destination.Open(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	rep, err := flows.Status(ctx, s.p, sink, false)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return rep.Schema
 }

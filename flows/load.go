@@ -100,9 +100,16 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 			return err
 		}
 		err = p.write(ctx, ld)
+		vb, versionDone := r.claimVersion(f)
+		if err == nil && vb != nil {
+			err = ld.Write(ctx, batch.VersionTable, vb)
+		}
 		if err == nil {
 			c.Rows, c.DeadLetters = p.rows, p.deadLetters
 			err = ld.Commit(ctx, c)
+		}
+		if versionDone != nil {
+			versionDone(err == nil)
 		}
 		if err != nil {
 			if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {

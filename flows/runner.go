@@ -130,6 +130,7 @@ type runner struct {
 	// (spec.Flow.InfersJSON), the columns it decodes: its target's columns
 	// at the start and those its messages added since. Under dataMu.
 	inferred map[string]batch.Schema
+	versions schemaVersions
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -176,6 +177,9 @@ func (r *runner) execute(ctx context.Context) error {
 	}
 	changed, err := r.ensure(ctx)
 	if err != nil {
+		return err
+	}
+	if err := r.loadVersions(ctx); err != nil {
 		return err
 	}
 	if err := r.gate(ctx); err != nil {

@@ -21,6 +21,16 @@ type Report struct {
 	Processes  []sinks.Heartbeat `json:"processes"`
 	Flows      []FlowReport      `json:"flows"`
 	LoadsTotal int               `json:"loads_total"`
+	// Schema is the pipeline's latest row of _sluice_version; nil before
+	// the first load.
+	Schema *SchemaVersion `json:"schema,omitempty"`
+}
+
+// SchemaVersion is a version of the pipeline's schema (docs/schema.md#schema-history).
+type SchemaVersion struct {
+	Version    int64     `json:"version"`
+	Hash       string    `json:"version_hash"`
+	InsertedAt time.Time `json:"inserted_at"`
 }
 
 // FlowReport is one flow's state.
@@ -97,6 +107,11 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	counts, err := expectationCounts(ctx, p, sink)
 	if err != nil {
 		return nil, err
+	}
+	if v, err := latestVersion(ctx, sink, p.Pipeline); err != nil {
+		return nil, err
+	} else if v.Version > 0 {
+		rep.Schema = &SchemaVersion{Version: v.Version, Hash: v.Hash, InsertedAt: v.At}
 	}
 	for i := range p.Flows {
 		f := &p.Flows[i]
@@ -222,7 +237,7 @@ func expectationCounts(ctx context.Context, p *spec.Pipeline, sink sinks.Sink) (
 	need := false
 	for i := range p.Flows {
 		f := &p.Flows[i]
-		need = need || f.Where != "" || len(f.Expectations) > 0
+		need = need || f.Where != "" || len(f.Expectations) > 0 || f.SchemaContract != nil
 	}
 	if !need {
 		return nil, nil

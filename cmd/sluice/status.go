@@ -54,6 +54,9 @@ func (g *globals) status(ctx context.Context, asJSON bool) error {
 		return enc.Encode(rep)
 	}
 	fmt.Fprintf(g.stdout, "pipeline %s: %d committed load(s)\n", rep.Pipeline, rep.LoadsTotal)
+	if v := rep.Schema; v != nil {
+		fmt.Fprintf(g.stdout, "schema version %d (%s) since %s\n", v.Version, v.Hash[:min(12, len(v.Hash))], v.InsertedAt.Format(time.RFC3339))
+	}
 	for _, hb := range rep.Processes {
 		fmt.Fprintf(g.stdout, "  %s process pid %d on %s, heartbeat %s ago\n", hb.Kind, hb.PID, hb.Host, time.Since(hb.BeatAt).Round(time.Second))
 	}

@@ -88,6 +88,29 @@ var FlowRowTables = []string{DeadLettersTable, ExpectationsTable}
 // IsFlowRowTable reports whether name is one of FlowRowTables.
 func IsFlowRowTable(name string) bool { return name == DeadLettersTable || name == ExpectationsTable }
 
+// VersionTable is the schema history (docs/schema.md#schema-history): a
+// row per change of the pipeline's schema, written by the load that made
+// it. A reset leaves it alone: history is not replayed.
+const VersionTable = "_sluice_version"
+
+// OwnTables are sluice's own tables that loads write rows into.
+var OwnTables = []string{DeadLettersTable, ExpectationsTable, VersionTable}
+
+// IsOwnTable reports whether name is one of OwnTables.
+func IsOwnTable(name string) bool { return IsFlowRowTable(name) || name == VersionTable }
+
+// VersionSchema is the schema of _sluice_version: version increases by one
+// per change, version_hash identifies the schema (the SHA-256 of its JSON),
+// flow names the flow whose load wrote the row.
+var VersionSchema = Schema{Columns: []Column{
+	{Name: "pipeline", Type: String},
+	{Name: "version", Type: Int64},
+	{Name: "version_hash", Type: String},
+	{Name: "schema", Type: String},
+	{Name: "flow", Type: String},
+	{Name: "inserted_at", Type: Timestamp},
+}}
+
 // ExpectationsSchema is the schema of _sluice_expectations: per load, how
 // many records each expectation of a flow counted (action warn or drop),
 // and how many its where filter left out (action filtered, expectation
@@ -102,10 +125,13 @@ var ExpectationsSchema = Schema{Columns: []Column{
 	{Name: "at", Type: Timestamp},
 }}
 
-// OwnSchema returns the schema of one of FlowRowTables.
+// OwnSchema returns the schema of one of OwnTables.
 func OwnSchema(table string) Schema {
-	if table == ExpectationsTable {
+	switch table {
+	case ExpectationsTable:
 		return ExpectationsSchema
+	case VersionTable:
+		return VersionSchema
 	}
 	return DeadLetterSchema
 }

@@ -97,7 +97,7 @@ func (f features) values(table string, col column, v *batch.Vector) (any, error)
 				// Whole seconds: a fraction is refused in a target (a table
 				// created by sluice on such a server stores microseconds);
 				// sluice's own tables keep the second.
-				if sec < 0 || sec > maxDateTime || us%1_000_000 != 0 && !batch.IsFlowRowTable(table) {
+				if sec < 0 || sec > maxDateTime || us%1_000_000 != 0 && !batch.IsOwnTable(table) {
 					return nil, rangeErr(table, col, i, time.UnixMicro(us).UTC().Format(time.RFC3339Nano), "1970-01-01T00:00:00Z to 2106-02-07T06:28:15Z, whole seconds (a refresh of the table's flows creates it anew with microseconds)")
 				}
 				ts[i] = time.Unix(sec, 0).UTC()

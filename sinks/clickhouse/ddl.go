@@ -88,6 +88,8 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
 		{"create " + batch.ExpectationsTable, s.createSQL(batch.ExpectationsTable, batch.ExpectationsSchema.Columns,
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
+		{"create " + batch.VersionTable, s.createSQL(batch.VersionTable, batch.VersionSchema.Columns,
+			[]string{"pipeline", "version"}, "")},
 		{"create " + stateTable, chsql.StateDDL(s.opts.Database)},
 		{"create " + heartbeatsTable, "CREATE TABLE IF NOT EXISTS " + s.table(heartbeatsTable) + ` (
 	pipeline String, id String, kind String, host String, pid Int64,
@@ -151,7 +153,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 	b.WriteString(" (\n")
 	for _, c := range cols {
 		b.WriteString("\t")
-		b.WriteString(columnDef(c, s.feat, batch.IsFlowRowTable(name)))
+		b.WriteString(columnDef(c, s.feat, batch.IsOwnTable(name)))
 		b.WriteString(",\n")
 	}
 	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String\n) ENGINE = MergeTree")

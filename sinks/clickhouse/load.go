@@ -131,7 +131,7 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 		return fmt.Errorf("clickhouse: write to %s: load %s is %s", table, l.meta.LoadID, l.stateName())
 	}
 	s := l.s
-	if strings.HasPrefix(table, sluicePrefix) && !batch.IsFlowRowTable(table) {
+	if strings.HasPrefix(table, sluicePrefix) && !batch.IsOwnTable(table) {
 		return fmt.Errorf("clickhouse: write to %s: sluice writes that table itself", table)
 	}
 	info, err := s.info(ctx, table)

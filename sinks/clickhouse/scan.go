@@ -19,7 +19,7 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	if table == batch.LoadsTable {
 		return s.scanLoads(ctx)
 	}
-	if strings.HasPrefix(table, sluicePrefix) && !batch.IsFlowRowTable(table) {
+	if strings.HasPrefix(table, sluicePrefix) && !batch.IsOwnTable(table) {
 		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, sinks.ErrUnknownTable)
 	}
 	if !chsql.ValidIdent(table) {
@@ -45,7 +45,7 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	}
 	q := "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(table)
 	var args []any
-	if batch.IsFlowRowTable(table) && s.opts.Pipeline != "" {
+	if batch.IsOwnTable(table) && s.opts.Pipeline != "" {
 		q += " WHERE pipeline = ?"
 		args = append(args, s.opts.Pipeline)
 	}

@@ -227,7 +227,7 @@ func nullability(c batch.Column) string {
 // them as NULL); any other difference is an error naming it.
 func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 	var all []sinks.Table
-	for _, own := range batch.FlowRowTables {
+	for _, own := range batch.OwnTables {
 		all = append(all, sinks.Table{Name: own, Schema: batch.OwnSchema(own)})
 	}
 	all = append(all, tables...)
@@ -237,7 +237,7 @@ func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 		switch {
 		case !tableName.MatchString(t.Name) || t.Name == stateDir:
 			errs = multierror.Append(errs, fmt.Errorf("table %q: not a valid table name", t.Name))
-		case i >= len(batch.FlowRowTables) && strings.HasPrefix(t.Name, "_sluice"):
+		case i >= len(batch.OwnTables) && strings.HasPrefix(t.Name, "_sluice"):
 			errs = multierror.Append(errs, fmt.Errorf("table %s: names starting with _sluice are reserved", t.Name))
 		case seen[t.Name]:
 			errs = multierror.Append(errs, fmt.Errorf("table %s is declared twice", t.Name))

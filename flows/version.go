@@ -1,0 +1,174 @@
+package flows
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+)
+
+// The schema history (docs/schema.md#schema-history): the pipeline's
+// schema as JSON, hashed; the first load committed under a hash that
+// _sluice_version does not hold yet writes its row, with the next version
+// number.
+
+// schemaVersions is what the runner knows of the pipeline's schema version.
+type schemaVersions struct {
+	mu      sync.Mutex
+	version int64
+	hash    string
+	doc     string
+	written bool // _sluice_version holds the row of hash
+	claimed bool // a load in flight carries it
+}
+
+// schemaDoc is the pipeline's schema as _sluice_version stores it.
+type schemaDoc struct {
+	Pipeline string        `json:"pipeline"`
+	Tables   []schemaTable `json:"tables"`
+}
+
+type schemaTable struct {
+	Name    string         `json:"name"`
+	Kind    string         `json:"kind"`
+	Keys    []string       `json:"keys,omitempty"`
+	Columns []schemaColumn `json:"columns"`
+}
+
+type schemaColumn struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Nullable bool   `json:"nullable,omitempty"`
+}
+
+// schemaJSON renders the pipeline's resolved tables; the caller holds
+// dataMu.
+func (r *runner) schemaJSON() (doc, hash string) {
+	d := schemaDoc{Pipeline: r.p.Pipeline, Tables: []schemaTable{}}
+	for _, t := range Tables(r.p) {
+		st := schemaTable{Name: t.Name, Kind: kindName(t.Kind), Keys: t.Keys, Columns: []schemaColumn{}}
+		for _, c := range t.Schema.Columns {
+			st.Columns = append(st.Columns, schemaColumn{Name: c.Name, Type: c.Type.String(), Nullable: c.Nullable})
+		}
+		d.Tables = append(d.Tables, st)
+	}
+	b, _ := json.Marshal(d)
+	sum := sha256.Sum256(b)
+	return string(b), hex.EncodeToString(sum[:])
+}
+
+func kindName(k sinks.TableKind) string {
+	switch k {
+	case sinks.KindSCD1:
+		return "scd1"
+	case sinks.KindSCD2:
+		return "scd2"
+	}
+	return "append"
+}
+
+// loadVersions reads the pipeline's latest version from _sluice_version
+// and compares the schema of this start with it.
+func (r *runner) loadVersions(ctx context.Context) error {
+	var latest versionRow
+	err := r.retry(ctx, "read "+batch.VersionTable, func(ctx context.Context) error {
+		var err error
+		latest, err = latestVersion(ctx, r.sink, r.p.Pipeline)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.dataMu.RLock()
+	doc, hash := r.schemaJSON()
+	r.dataMu.RUnlock()
+	v := &r.versions
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.doc, v.hash = doc, hash
+	v.version, v.written = latest.Version, latest.Hash == hash
+	if !v.written {
+		v.version++
+	}
+	return nil
+}
+
+// versionRow is one row of _sluice_version.
+type versionRow struct {
+	Version int64
+	Hash    string
+	At      time.Time
+}
+
+// latestVersion returns a pipeline's row of _sluice_version with the
+// greatest version; the zero row when there is none.
+func latestVersion(ctx context.Context, sink sinks.Sink, pipeline string) (versionRow, error) {
+	b, err := sink.Scan(ctx, batch.VersionTable)
+	if errors.Is(err, sinks.ErrUnknownTable) {
+		return versionRow{}, nil
+	}
+	if err != nil {
+		return versionRow{}, err
+	}
+	var out versionRow
+	p, ver, hash, at := b.Column("pipeline"), b.Column("version"), b.Column("version_hash"), b.Column("inserted_at")
+	for i := range b.Len() {
+		if p.Strs[i] != pipeline || ver.Ints[i] < out.Version {
+			continue
+		}
+		out = versionRow{Version: ver.Ints[i], Hash: hash.Strs[i], At: time.UnixMicro(at.Ints[i]).UTC()}
+	}
+	return out, nil
+}
+
+// schemaChanged notes a change of the tables' schemas (evolve); the
+// caller holds dataMu.
+func (r *runner) schemaChanged() {
+	doc, hash := r.schemaJSON()
+	v := &r.versions
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if hash == v.hash {
+		return
+	}
+	if v.written {
+		v.version++
+	}
+	v.doc, v.hash, v.written = doc, hash, false
+}
+
+// claimVersion returns the row of the current version for a load of flow
+// f to write when no committed load holds it and no other load in flight
+// carries it, with the function to call once the load ended.
+func (r *runner) claimVersion(f *spec.Flow) (*batch.Batch, func(committed bool)) {
+	v := &r.versions
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.written || v.claimed || v.hash == "" {
+		return nil, nil
+	}
+	v.claimed = true
+	b := batch.New(batch.VersionSchema, 1)
+	b.Vectors[0].AppendString(r.p.Pipeline)
+	b.Vectors[1].AppendInt(v.version)
+	b.Vectors[2].AppendString(v.hash)
+	b.Vectors[3].AppendString(v.doc)
+	b.Vectors[4].AppendString(f.Name)
+	b.Vectors[5].AppendInt(time.Now().UTC().UnixMicro())
+	hash := v.hash
+	return b, func(committed bool) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		v.claimed = false
+		if committed && v.hash == hash {
+			v.written = true
+		}
+	}
+}
