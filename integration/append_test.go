@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"syscall"
@@ -184,6 +185,14 @@ func TestBadRecordsGoToDeadLettersAndTheBatchLands(t *testing.T) {
 		// sluice show lists the same dead letters.
 		if shown := jsonl(t, mustSluice(t, "show", "-f", spec, "_sluice_dead_letters", "--format", "jsonl").stdout); len(shown) != len(dls) {
 			t.Errorf("show lists %d dead letters, the destination holds %d", len(shown), len(dls))
+		}
+		// The first load wrote the pipeline's first schema version.
+		vs := jsonl(t, mustSluice(t, "show", "-f", spec, "_sluice_version", "--format", "jsonl").stdout)
+		if len(vs) != 1 || fmt.Sprint(vs[0]["version"]) != "1" || !strings.Contains(fmt.Sprint(vs[0]["schema"]), `"name":"events"`) {
+			t.Errorf("show _sluice_version: %v, want version 1 with table events", vs)
+		}
+		if out := mustSluice(t, "status", "-f", spec).stdout; !strings.Contains(out, "schema version 1 (") {
+			t.Errorf("status does not show the schema version:\n%s", out)
 		}
 		// The dead letters came in the same load as the batch's rows.
 		ls := d.loads(t, spec)

@@ -18,7 +18,7 @@ func newShow(g *globals) *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:   "show TABLE",
-		Short: "Print the logical content of a table (a target, _sluice_loads or _sluice_dead_letters)",
+		Short: "Print the logical content of a table (a target, _sluice_loads, _sluice_dead_letters, _sluice_expectations or _sluice_version)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains(render.Formats, format) {
@@ -42,10 +42,14 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 		sortBy = []string{"committed_at", "load_id"}
 	case batch.DeadLettersTable:
 		sortBy = []string{"at", "flow", "source", "position"}
+	case batch.ExpectationsTable:
+		sortBy = []string{"at", "flow", "expectation"}
+	case batch.VersionTable:
+		sortBy = []string{"version", "inserted_at"}
 	default:
 		t := p.Table(table)
 		if t == nil {
-			return usageErr("unknown table %q: not a table of the spec, %s or %s", table, batch.LoadsTable, batch.DeadLettersTable)
+			return usageErr("unknown table %q: not a table of the spec, %s, %s, %s or %s", table, batch.LoadsTable, batch.DeadLettersTable, batch.ExpectationsTable, batch.VersionTable)
 		}
 		sortBy = t.Schema.Names()
 		if t.CDC {
