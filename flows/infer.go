@@ -28,21 +28,28 @@ func (r *runner) resolveFromData(ctx context.Context) error {
 		if !f.InfersJSON() || !f.DataTold(r.p) {
 			continue
 		}
-		var stored batch.Schema
-		err := r.retry(ctx, "read the columns of "+f.Target, func(ctx context.Context) error {
-			var err error
-			stored, err = r.sink.Columns(ctx, f.Target)
-			if errors.Is(err, sinks.ErrUnknownTable) {
-				stored, err = batch.Schema{}, nil
-			}
-			return err
-		})
+		stored, err := r.storedColumns(ctx, f.Target)
 		if err != nil {
 			return err
 		}
 		r.inferred[f.Name] = sourceColumns(f, stored)
 	}
 	return r.p.ResolveFromData(r.dataSchema)
+}
+
+// storedColumns returns a table's columns in the destination, none when
+// it does not exist yet.
+func (r *runner) storedColumns(ctx context.Context, table string) (batch.Schema, error) {
+	var stored batch.Schema
+	err := r.retry(ctx, "read the columns of "+table, func(ctx context.Context) error {
+		var err error
+		stored, err = r.sink.Columns(ctx, table)
+		if errors.Is(err, sinks.ErrUnknownTable) {
+			stored, err = batch.Schema{}, nil
+		}
+		return err
+	})
+	return stored, err
 }
 
 // sourceColumns are the columns of table t a flow's messages fill: all
@@ -65,15 +72,7 @@ func sourceColumns(f *spec.Flow, t batch.Schema) batch.Schema {
 func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column) error {
 	r.dataMu.Lock()
 	defer r.dataMu.Unlock()
-	var stored batch.Schema
-	err := r.retry(ctx, "read the columns of "+f.Target, func(ctx context.Context) error {
-		var err error
-		stored, err = r.sink.Columns(ctx, f.Target)
-		if errors.Is(err, sinks.ErrUnknownTable) {
-			stored, err = batch.Schema{}, nil
-		}
-		return err
-	})
+	stored, err := r.storedColumns(ctx, f.Target)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
-	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
@@ -98,7 +97,7 @@ flows:
 			!strings.Contains(vs[2], "id__v_string") || !strings.Contains(vs[3], `"extra"`) {
 			t.Fatalf("version schemas %q", vs)
 		}
-		if v := s.schemaStatus(); v == nil || v.Version != 5 || len(v.Hash) != 64 {
+		if v := s.report().Schema; v == nil || v.Version != 5 || len(v.Hash) != 64 {
 			t.Fatalf("status shows schema %+v, want version 5", v)
 		}
 		if dname == "local" {
@@ -237,20 +236,4 @@ flows:
 			t.Fatalf("status counts %+v", got)
 		}
 	})
-}
-
-// schemaStatus returns the schema version `sluice status` shows.
-func (s *stepper) schemaStatus() *flows.SchemaVersion {
-	s.t.Helper()
-	ctx := s.t.Context()
-	sink, err := destination.Open(ctx, s.p, nil)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer sink.Close()
-	rep, err := flows.Status(ctx, s.p, sink, false)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return rep.Schema
 }

@@ -334,8 +334,8 @@ func kafkaConfig() *sarama.Config {
 	return c
 }
 
-// status returns one flow's line of `sluice status`.
-func (s *stepper) status(flow string) flows.FlowReport {
+// report returns what `sluice status` reports, without Kafka.
+func (s *stepper) report() *flows.Report {
 	s.t.Helper()
 	ctx := context.Background()
 	sink, err := destination.Open(ctx, s.p, nil)
@@ -347,6 +347,13 @@ func (s *stepper) status(flow string) flows.FlowReport {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	return rep
+}
+
+// status returns one flow's line of `sluice status`.
+func (s *stepper) status(flow string) flows.FlowReport {
+	s.t.Helper()
+	rep := s.report()
 	for _, f := range rep.Flows {
 		if f.Name == flow {
 			return f

@@ -53,7 +53,7 @@ type schemaColumn struct {
 func (r *runner) schemaJSON() (doc, hash string) {
 	d := schemaDoc{Pipeline: r.p.Pipeline, Tables: []schemaTable{}}
 	for _, t := range Tables(r.p) {
-		st := schemaTable{Name: t.Name, Kind: kindName(t.Kind), Keys: t.Keys, Columns: []schemaColumn{}}
+		st := schemaTable{Name: t.Name, Kind: t.Kind.String(), Keys: t.Keys, Columns: []schemaColumn{}}
 		for _, c := range t.Schema.Columns {
 			st.Columns = append(st.Columns, schemaColumn{Name: c.Name, Type: c.Type.String(), Nullable: c.Nullable})
 		}
@@ -62,16 +62,6 @@ func (r *runner) schemaJSON() (doc, hash string) {
 	b, _ := json.Marshal(d)
 	sum := sha256.Sum256(b)
 	return string(b), hex.EncodeToString(sum[:])
-}
-
-func kindName(k sinks.TableKind) string {
-	switch k {
-	case sinks.KindSCD1:
-		return "scd1"
-	case sinks.KindSCD2:
-		return "scd2"
-	}
-	return "append"
 }
 
 // loadVersions reads the pipeline's latest version from _sluice_version

@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -19,6 +20,19 @@ const (
 	// KindSCD2: one row per version (identity: the key and __START_AT).
 	KindSCD2
 )
+
+// String names the kind as sluice's schemas spell it: append, scd1, scd2.
+func (k TableKind) String() string {
+	switch k {
+	case KindAppend:
+		return "append"
+	case KindSCD1:
+		return "scd1"
+	case KindSCD2:
+		return "scd2"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
 
 // Errors of leases; match them with errors.Is.
 var (

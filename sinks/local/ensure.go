@@ -43,17 +43,6 @@ func defOf(t sinks.Table) tableDef {
 	return d
 }
 
-func kindName(k sinks.TableKind) string {
-	switch k {
-	case sinks.KindAppend:
-		return "append"
-	case sinks.KindSCD1:
-		return "scd1"
-	case sinks.KindSCD2:
-		return "scd2"
-	}
-	return fmt.Sprintf("kind(%d)", int(k))
-}
 
 type columnJSON struct {
 	Name     string `json:"name"`
@@ -64,7 +53,7 @@ type columnJSON struct {
 func encodeSchema(d tableDef) []byte {
 	j := schemaJSON{PartitionBy: d.PartitionBy, Keys: d.Keys}
 	if d.cdc() {
-		j.Kind = kindName(d.Kind)
+		j.Kind = d.Kind.String()
 	}
 	for _, c := range d.Schema.Columns {
 		j.Columns = append(j.Columns, columnJSON{Name: c.Name, Type: c.Type.String(), Nullable: c.Nullable})
@@ -275,7 +264,7 @@ func (s *Sink) Ensure(ctx context.Context, tables []sinks.Table) error {
 				err = multierror.Append(err, fmt.Errorf("partition_by changed from %v to %v", stored.PartitionBy, t.PartitionBy))
 			}
 			if d := defOf(t); stored.Kind != d.Kind {
-				err = multierror.Append(err, fmt.Errorf("kind changed from %s to %s: the SCD type of a target cannot change in place; restore stored_as_scd_type, or write a new table (a full refresh into another name)", kindName(stored.Kind), kindName(d.Kind)))
+				err = multierror.Append(err, fmt.Errorf("kind changed from %s to %s: the SCD type of a target cannot change in place; restore stored_as_scd_type, or write a new table (a full refresh into another name)", stored.Kind.String(), d.Kind.String()))
 			} else if !slices.Equal(stored.Keys, d.Keys) {
 				err = multierror.Append(err, fmt.Errorf("keys changed from %v to %v: the keys of a target cannot change in place; restore the keys, or write a new table (a full refresh into another name)", stored.Keys, d.Keys))
 			}
@@ -312,7 +301,7 @@ func (s *Sink) ensureTable(t sinks.Table, exists bool, added []string) error {
 		if err := writeAtomic(s.disk, s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
 			return err
 		}
-		s.log.Info("table created", "table", t.Name, "columns", len(t.Schema.Columns), "kind", kindName(t.Kind))
+		s.log.Info("table created", "table", t.Name, "columns", len(t.Schema.Columns), "kind", t.Kind.String())
 	case len(added) > 0:
 		if err := writeAtomic(s.disk, s.lay.schemaFile(t.Name), encodeSchema(defOf(t))); err != nil {
 			return err
