@@ -43,7 +43,6 @@ func defOf(t sinks.Table) tableDef {
 	return d
 }
 
-
 type columnJSON struct {
 	Name     string `json:"name"`
 	Type     string `json:"type"`
