@@ -3,8 +3,10 @@ package decode
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/naming"
 )
 
 func orderSchema() batch.Schema {
@@ -77,4 +79,47 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkDecodeInferred decodes the orders with an inferring decoder of
+// the columns they infer (names normalized, new fields looked for)
+// against a decoder of the same columns declared, alternating on the same
+// messages: ratio is the inferring decoder's time over the declared one's.
+func BenchmarkDecodeInferred(b *testing.B) {
+	msgs := orderMessages(1024)
+	recs := make([]batch.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = batch.Record{Topic: "orders", Offset: int64(i), Value: m}
+	}
+	first, err := NewInferring(batch.Schema{}, naming.SnakeCase)
+	if err != nil {
+		b.Fatal(err)
+	}
+	first.DecodeAll(recs, batch.New(batch.Schema{}, 0), nil)
+	inferred := batch.Schema{Columns: first.Found()}
+	inf, err := NewInferring(inferred, naming.SnakeCase)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inf.Govern(Contract{Columns: Evolve, DataType: Evolve})
+	dec := mustNew(b, inferred) // the same columns, declared
+	var declaredNS, inferredNS int64
+	for b.Loop() {
+		out := batch.New(inferred, len(recs))
+		start := time.Now()
+		if dls := dec.DecodeAll(recs, out, nil); len(dls) > 0 {
+			b.Fatal(dls[0].Error)
+		}
+		declaredNS += time.Since(start).Nanoseconds()
+		out = batch.New(inferred, len(recs))
+		start = time.Now()
+		if dls := inf.DecodeAll(recs, out, nil); len(dls) > 0 || len(inf.Found()) > 0 {
+			b.Fatal("the inferred columns do not hold the orders")
+		}
+		inferredNS += time.Since(start).Nanoseconds()
+	}
+	rows := float64(b.N) * float64(len(recs))
+	b.ReportMetric(float64(declaredNS)/rows, "declared_ns/row")
+	b.ReportMetric(float64(inferredNS)/rows, "inferred_ns/row")
+	b.ReportMetric(float64(inferredNS)/float64(declaredNS), "ratio")
 }

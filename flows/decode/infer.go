@@ -245,23 +245,35 @@ func (d *JSON) columnName(key []byte) normalized {
 func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 	var err *Error
 	clear(d.keys)
+	pos := 0
 	obj.Visit(func(key []byte, val *fastjson.Value) {
 		if err != nil {
 			return
 		}
-		n := d.columnName(key)
-		i, ok := d.index[n.name]
-		if !ok {
-			if val.Type() != fastjson.TypeNull {
-				err = d.stray(n.name, val)
+		// As visit: the column the key at this position named last time.
+		if pos == len(d.hints) {
+			d.hints = append(d.hints, hint{col: -1})
+		}
+		h := &d.hints[pos]
+		pos++
+		if h.key == "" || h.key != string(key) {
+			n := d.columnName(key)
+			i, ok := d.index[n.name]
+			if !ok {
+				h.key, h.col = "", -1
+				if val.Type() != fastjson.TypeNull {
+					err = d.stray(n.name, val)
+				}
+				return
 			}
+			h.key, h.col = n.key, i
+		}
+		i := h.col
+		if d.vals[i] != nil && d.keys[i] != h.key {
+			err = collision(d.keys[i], h.key, d.cols[i].name)
 			return
 		}
-		if d.vals[i] != nil && d.keys[i] != n.key {
-			err = collision(d.keys[i], n.key, n.name)
-			return
-		}
-		d.vals[i], d.keys[i] = val, n.key
+		d.vals[i], d.keys[i] = val, h.key
 	})
 	return err
 }
