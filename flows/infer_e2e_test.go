@@ -97,6 +97,17 @@ flows:
 			!strings.Contains(vs[2], "id__v_string") || !strings.Contains(vs[3], `"extra"`) {
 			t.Fatalf("version schemas %q", vs)
 		}
+		// Each load names the version it was written under.
+		hashes := s.rows(batch.VersionTable, "pipeline", "version", "schema", "flow", "inserted_at", batch.LoadIDColumn)
+		loads := s.rows(batch.LoadsTable, "load_id", "pipeline", "flow", "targets", "positions", "rows", "dead_letters", "generation", "committed_at")
+		if len(loads) != 5 {
+			t.Fatalf("loads %q, want 5", loads)
+		}
+		for _, h := range loads {
+			if !slices.Contains(hashes, h) {
+				t.Fatalf("a load's schema_version_hash %q is none of the versions %q", h, hashes)
+			}
+		}
 		if v := s.report().Schema; v == nil || v.Version != 5 || len(v.Hash) != 64 {
 			t.Fatalf("status shows schema %+v, want version 5", v)
 		}

@@ -105,7 +105,7 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 			err = ld.Write(ctx, batch.VersionTable, vb)
 		}
 		if err == nil {
-			c.Rows, c.DeadLetters = p.rows, p.deadLetters
+			c.Rows, c.DeadLetters, c.SchemaHash = p.rows, p.deadLetters, r.schemaHash()
 			err = ld.Commit(ctx, c)
 		}
 		if versionDone != nil {

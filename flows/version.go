@@ -118,6 +118,14 @@ func latestVersion(ctx context.Context, sink sinks.Sink, pipeline string) (versi
 	return out, nil
 }
 
+// schemaHash returns the version_hash of the schema loads are written
+// under now.
+func (r *runner) schemaHash() string {
+	r.versions.mu.Lock()
+	defer r.versions.mu.Unlock()
+	return r.versions.hash
+}
+
 // schemaChanged notes a change of the tables' schemas (evolve); the
 // caller holds dataMu.
 func (r *runner) schemaChanged() {

@@ -68,6 +68,9 @@ type Commit struct {
 	To          batch.Positions
 	Rows        int64 // target rows written
 	DeadLetters int64
+	// SchemaHash is the version_hash of the pipeline's schema the load was
+	// written under (_sluice_version); empty when unknown.
+	SchemaHash string
 }
 
 // Sink is a destination.

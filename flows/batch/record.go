@@ -231,6 +231,7 @@ type LoadRecord struct {
 	DeadLetters int64
 	Generation  int64 // consumer group generation of the writer; 0 when none
 	CommittedAt time.Time
+	SchemaHash  string // the _sluice_version hash it was written under; "" when unknown
 }
 
 // LoadsSchema is the schema of _sluice_loads as shown to users. targets is a
@@ -245,6 +246,7 @@ var LoadsSchema = Schema{Columns: []Column{
 	{Name: "dead_letters", Type: Int64},
 	{Name: "generation", Type: Int64},
 	{Name: "committed_at", Type: Timestamp},
+	{Name: "schema_version_hash", Type: String},
 }}
 
 // TopicPartition names a Kafka partition.

@@ -237,6 +237,8 @@ func (s *Sink) insertRow(ctx context.Context, l *load, c sinks.Commit, at time.T
 		cols, vals = ", "+chsql.Quote(replacedColumn), ", ?"
 		args = append(args, encodeReplaced(l.replace))
 	}
+	cols, vals = cols+", "+chsql.Quote(schemaHashColumn), vals+", ?"
+	args = append(args, c.SchemaHash)
 	q := "INSERT INTO " + s.table(batch.LoadsTable) +
 		" (load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, from_positions, slot, committed_us" + cols + ")" +
 		" SELECT ?, ?, ?, ?, ?, ?, ?, ?, " + ts + ", ?, ?, ?" + vals + " FROM " + s.table(markerName(l.enc))
@@ -336,7 +338,7 @@ func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
 	if err := s.ensureSystem(ctx); err != nil {
 		return nil, err
 	}
-	q := "SELECT load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, committed_us FROM " +
+	q := "SELECT load_id, pipeline, flow, targets, positions, rows, dead_letters, generation, committed_at, committed_us, " + chsql.Quote(schemaHashColumn) + " FROM " +
 		s.table(batch.LoadsTable)
 	var args []any
 	if s.opts.Pipeline != "" {
@@ -359,7 +361,7 @@ func (s *Sink) Ledger(ctx context.Context) (*batch.Ledger, error) {
 		var targets, positions string
 		var us uint32
 		if err := rows.Scan(&r.LoadID, &r.Pipeline, &r.Flow, &targets, &positions, &r.Rows, &r.DeadLetters,
-			&r.Generation, &r.CommittedAt, &us); err != nil {
+			&r.Generation, &r.CommittedAt, &us, &r.SchemaHash); err != nil {
 			return nil, fmt.Errorf("clickhouse: read ledger: %w", err)
 		}
 		if targets != "" {

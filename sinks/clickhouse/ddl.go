@@ -82,7 +82,8 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 		{"create " + batch.LoadsTable, "CREATE TABLE IF NOT EXISTS " + s.table(batch.LoadsTable) + ` (
 	load_id String, pipeline String, flow String, targets String, positions String,
 	rows Int64, dead_letters Int64, generation Int64, committed_at ` + ts + `,
-	from_positions String, slot String, committed_us UInt32, ` + chsql.Quote(replacedColumn) + ` String
+	from_positions String, slot String, committed_us UInt32, ` + chsql.Quote(replacedColumn) + ` String,
+	` + chsql.Quote(schemaHashColumn) + ` String
 ) ENGINE = MergeTree ORDER BY (pipeline, flow, slot, committed_at, load_id)`},
 		{"create " + batch.DeadLettersTable, s.createSQL(batch.DeadLettersTable, batch.DeadLetterSchema.Columns,
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
@@ -134,8 +135,10 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 			}
 		}
 	}
-	if err := s.ensureReplacedColumn(ctx); err != nil {
-		return err
+	for _, col := range []string{replacedColumn, schemaHashColumn} {
+		if err := s.ensureLedgerColumn(ctx, col); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.systemReady = true

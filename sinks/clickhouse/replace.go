@@ -305,14 +305,18 @@ func (s *Sink) ledgerReplaced(ctx context.Context, loadID string) (map[string][]
 	return decodeReplaced(loadID, text)
 }
 
-// ensureReplacedColumn adds the replaced column to a ledger created before
-// sluice replaced partitions. 18.16 has no ADD COLUMN IF NOT EXISTS: the
-// column is looked up first, and a concurrent ADD by another process is
-// recognized by looking again.
-func (s *Sink) ensureReplacedColumn(ctx context.Context) error {
+// schemaHashColumn is the column of _sluice_loads naming the schema
+// version a load was written under (docs/schema.md#schema-history).
+const schemaHashColumn = "schema_version_hash"
+
+// ensureLedgerColumn adds a String column to a ledger created before
+// sluice wrote it. 18.16 has no ADD COLUMN IF NOT EXISTS: the column is
+// looked up first, and a concurrent ADD by another process is recognized
+// by looking again.
+func (s *Sink) ensureLedgerColumn(ctx context.Context, column string) error {
 	has := func() (bool, error) {
 		rows, err := s.conn.Query(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
-			s.opts.Database, batch.LoadsTable, replacedColumn)
+			s.opts.Database, batch.LoadsTable, column)
 		if err != nil {
 			return false, fmt.Errorf("clickhouse: describe %s: %w", batch.LoadsTable, err)
 		}
@@ -332,10 +336,10 @@ func (s *Sink) ensureReplacedColumn(ctx context.Context) error {
 	if err != nil || ok {
 		return err
 	}
-	err = s.exec(ctx, "add column "+replacedColumn+" to "+batch.LoadsTable,
-		"ALTER TABLE "+s.table(batch.LoadsTable)+" ADD COLUMN "+chsql.Quote(replacedColumn)+" String")
+	err = s.exec(ctx, "add column "+column+" to "+batch.LoadsTable,
+		"ALTER TABLE "+s.table(batch.LoadsTable)+" ADD COLUMN "+chsql.Quote(column)+" String")
 	if err == nil {
-		s.log.Info("column added", "table", batch.LoadsTable, "column", replacedColumn, "type", "String")
+		s.log.Info("column added", "table", batch.LoadsTable, "column", column, "type", "String")
 		return nil
 	}
 	if ok, herr := has(); herr == nil && ok {

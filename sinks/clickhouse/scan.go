@@ -113,6 +113,7 @@ func (s *Sink) scanLoads(ctx context.Context) (*batch.Batch, error) {
 		b.Vectors[6].AppendInt(l.DeadLetters)
 		b.Vectors[7].AppendInt(l.Generation)
 		b.Vectors[8].AppendInt(l.CommittedAt.UTC().Truncate(time.Microsecond).UnixMicro())
+		b.Vectors[9].AppendString(l.SchemaHash)
 	}
 	return b, nil
 }

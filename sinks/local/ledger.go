@@ -39,6 +39,7 @@ type entry struct {
 	DeadLetters int64           `json:"dead_letters"`
 	Generation  int64           `json:"generation"`
 	CommittedAt time.Time       `json:"committed_at"`
+	SchemaHash  string          `json:"schema_version_hash,omitempty"`
 	// Reset, when set, makes the line a reset (reset.go) rather than a load.
 	Reset *resetEntry `json:"reset,omitempty"`
 	// Replace lists the partition folders of append targets the load
@@ -98,6 +99,7 @@ func (e *entry) record() batch.LoadRecord {
 		DeadLetters: e.DeadLetters,
 		Generation:  e.Generation,
 		CommittedAt: e.CommittedAt,
+		SchemaHash:  e.SchemaHash,
 	}
 }
 
@@ -532,6 +534,7 @@ func (l *ledger) loadsBatch() (*batch.Batch, error) {
 		b.Vectors[6].AppendInt(e.DeadLetters)
 		b.Vectors[7].AppendInt(e.Generation)
 		b.Vectors[8].AppendInt(e.CommittedAt.UnixMicro())
+		b.Vectors[9].AppendString(e.SchemaHash)
 	})
 	return b, err
 }

@@ -268,6 +268,7 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 		Rows:        c.Rows,
 		DeadLetters: c.DeadLetters,
 		Generation:  l.meta.Generation,
+		SchemaHash:  c.SchemaHash,
 	}
 	if len(l.replace) > 0 {
 		e.Replace = l.replaceEntries()
