@@ -129,7 +129,9 @@ func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch
 			return out, dls, discarded, nil
 		}
 		found := dec.Found()
+		renamed := dec.Renamed()
 		h.pool.Put(dec)
+		h.r.noteNames(h.flow, renamed)
 		if len(found) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls)+int(discarded) {
 			// A batch of no columns has no length: its rows would be lost.
 			return out, h.valueless(recs, dls), discarded, nil

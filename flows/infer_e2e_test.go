@@ -94,6 +94,8 @@ flows:
 			}
 		}
 		if !strings.Contains(vs[0], `{"name":"user_name","type":"string","nullable":true}`) || strings.Contains(vs[0], "score") ||
+			!strings.Contains(vs[0], `"flows":[{"name":"live","names":{"userName":"user_name"}}]`) ||
+			!strings.Contains(vs[1], `"names":{"Score":"score","userName":"user_name"}`) ||
 			!strings.Contains(vs[2], "id__v_string") || !strings.Contains(vs[3], `"extra"`) {
 			t.Fatalf("version schemas %q", vs)
 		}

@@ -131,6 +131,9 @@ type runner struct {
 	// at the start and those its messages added since. Under dataMu.
 	inferred map[string]batch.Schema
 	versions schemaVersions
+	// names holds, per flow that infers its columns from JSON messages,
+	// the field names normalized to other column names. Under dataMu.
+	names map[string]map[string]string
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -153,7 +156,7 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &runner{p: p, sink: sink, opts: opts, log: log.With("pipeline", p.Pipeline), id: newLoadID()}
+	return &runner{names: map[string]map[string]string{}, p: p, sink: sink, opts: opts, log: log.With("pipeline", p.Pipeline), id: newLoadID()}
 }
 
 func (r *runner) execute(ctx context.Context) error {

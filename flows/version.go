@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -33,6 +34,14 @@ type schemaVersions struct {
 type schemaDoc struct {
 	Pipeline string        `json:"pipeline"`
 	Tables   []schemaTable `json:"tables"`
+	Flows    []schemaFlow  `json:"flows,omitempty"`
+}
+
+// schemaFlow maps the field names of a flow's messages that became other
+// column names (naming: snake_case) to those names.
+type schemaFlow struct {
+	Name  string            `json:"name"`
+	Names map[string]string `json:"names"`
 }
 
 type schemaTable struct {
@@ -59,6 +68,12 @@ func (r *runner) schemaJSON() (doc, hash string) {
 		}
 		d.Tables = append(d.Tables, st)
 	}
+	for i := range r.p.Flows {
+		f := &r.p.Flows[i]
+		if names := r.names[f.Name]; len(names) > 0 {
+			d.Flows = append(d.Flows, schemaFlow{Name: f.Name, Names: names})
+		}
+	}
 	b, _ := json.Marshal(d)
 	sum := sha256.Sum256(b)
 	return string(b), hex.EncodeToString(sum[:])
@@ -76,9 +91,20 @@ func (r *runner) loadVersions(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.dataMu.RLock()
+	r.dataMu.Lock()
+	r.names = map[string]map[string]string{}
+	var last schemaDoc
+	if latest.Schema != "" && json.Unmarshal([]byte(latest.Schema), &last) == nil {
+		// The names the messages were seen with so far: a start has not
+		// seen them yet.
+		for _, sf := range last.Flows {
+			if f := r.p.Flow(sf.Name); f != nil && f.InfersJSON() && f.DataTold(r.p) {
+				r.names[sf.Name] = sf.Names
+			}
+		}
+	}
 	doc, hash := r.schemaJSON()
-	r.dataMu.RUnlock()
+	r.dataMu.Unlock()
 	v := &r.versions
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -94,6 +120,7 @@ func (r *runner) loadVersions(ctx context.Context) error {
 type versionRow struct {
 	Version int64
 	Hash    string
+	Schema  string
 	At      time.Time
 }
 
@@ -108,12 +135,12 @@ func latestVersion(ctx context.Context, sink sinks.Sink, pipeline string) (versi
 		return versionRow{}, err
 	}
 	var out versionRow
-	p, ver, hash, at := b.Column("pipeline"), b.Column("version"), b.Column("version_hash"), b.Column("inserted_at")
+	p, ver, hash, doc, at := b.Column("pipeline"), b.Column("version"), b.Column("version_hash"), b.Column("schema"), b.Column("inserted_at")
 	for i := range b.Len() {
 		if p.Strs[i] != pipeline || ver.Ints[i] < out.Version {
 			continue
 		}
-		out = versionRow{Version: ver.Ints[i], Hash: hash.Strs[i], At: time.UnixMicro(at.Ints[i]).UTC()}
+		out = versionRow{Version: ver.Ints[i], Hash: hash.Strs[i], Schema: doc.Strs[i], At: time.UnixMicro(at.Ints[i]).UTC()}
 	}
 	return out, nil
 }
@@ -124,6 +151,37 @@ func (r *runner) schemaHash() string {
 	r.versions.mu.Lock()
 	defer r.versions.mu.Unlock()
 	return r.versions.hash
+}
+
+// noteNames records the field names a flow's messages were normalized
+// from; a new one changes the schema.
+func (r *runner) noteNames(f *spec.Flow, renamed [][2]string) {
+	if len(renamed) == 0 {
+		return
+	}
+	r.dataMu.RLock()
+	known := r.names[f.Name]
+	fresh := false
+	for _, kv := range renamed {
+		if known[kv[0]] != kv[1] {
+			fresh = true
+		}
+	}
+	r.dataMu.RUnlock()
+	if !fresh {
+		return
+	}
+	r.dataMu.Lock()
+	defer r.dataMu.Unlock()
+	names := maps.Clone(r.names[f.Name])
+	if names == nil {
+		names = map[string]string{}
+	}
+	for _, kv := range renamed {
+		names[kv[0]] = kv[1]
+	}
+	r.names[f.Name] = names
+	r.schemaChanged()
 }
 
 // schemaChanged notes a change of the tables' schemas (evolve); the

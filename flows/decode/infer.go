@@ -237,7 +237,18 @@ func (d *JSON) columnName(key []byte) normalized {
 		n.name = d.names(n.key)
 	}
 	d.norm[n.key] = n
+	if n.name != n.key {
+		d.renamed = append(d.renamed, [2]string{n.key, n.name})
+	}
 	return n
+}
+
+// Renamed returns the field names, with the column name each became, that
+// the decoder normalized to another name since the last call.
+func (d *JSON) Renamed() [][2]string {
+	out := d.renamed
+	d.renamed = nil
+	return out
 }
 
 // visitInferring collects the values of a record's fields by column name

@@ -155,6 +155,7 @@ type JSON struct {
 	norm      map[string]normalized
 	found     []batch.Column
 	foundAt   map[string]int
+	renamed   [][2]string
 	strayKey  string // a field of the record that is no column (governed declared decoders)
 	strayVal  *fastjson.Value
 	discarded int64
