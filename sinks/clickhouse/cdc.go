@@ -220,7 +220,7 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 		return err
 	}
 	if len(add) > 0 {
-		if err := s.addColumns(ctx, phys, info, add); err != nil {
+		if err := s.addColumns(ctx, phys, info, add, t.Schema); err != nil {
 			return err
 		}
 		if info, err = s.describe(ctx, phys); err != nil {

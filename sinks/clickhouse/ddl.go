@@ -301,21 +301,27 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 	if err != nil {
 		return err
 	}
-	if err := s.addColumns(ctx, t.Name, info, add); err != nil {
+	if err := s.addColumns(ctx, t.Name, info, add, t.Schema); err != nil {
 		return err
 	}
 	s.forget(t.Name)
 	return nil
 }
 
-// addColumns adds nullable columns after the last declared column of an
-// existing table.
-func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, add []batch.Column) error {
-	after := ""
+// addColumns adds nullable columns to an existing table where the
+// declared schema has them: after the column before them there (as the
+// local destination orders them), else after the table's last declared
+// column.
+func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, add []batch.Column, declared batch.Schema) error {
+	last := ""
 	if n := len(info.columns); n > 0 {
-		after = info.columns[n-1].Name
+		last = info.columns[n-1].Name
 	}
 	for _, c := range add {
+		after := last
+		if i := declared.Index(c.Name); i > 0 {
+			after = declared.Columns[i-1].Name
+		}
 		typ, comment := columnType(c.Type, true, s.feat)
 		stmt := "ALTER TABLE " + s.table(table) + " ADD COLUMN " + chsql.Quote(c.Name) + " " + typ
 		if after != "" {
@@ -331,7 +337,9 @@ func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, ad
 			}
 		}
 		s.log.Info("column added", "table", table, "column", c.Name, "type", c.Type.String())
-		after = c.Name
+		if after == last {
+			last = c.Name
+		}
 	}
 	return nil
 }
