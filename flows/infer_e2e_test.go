@@ -3,12 +3,14 @@ package flows_test
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
@@ -247,6 +249,55 @@ flows:
 		}
 		if got := s.status("second").Expectations; len(got) != 1 || got[0].Rows != 2 || got[0].Action != "discard_row" {
 			t.Fatalf("status counts %+v", got)
+		}
+	})
+}
+
+// TestJSONInferenceAcrossPartitions checks that the batches of several
+// partitions, loaded side by side, each adding its own fields to one table,
+// give the table every field and every row.
+func TestJSONInferenceAcrossPartitions(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "infer_parts_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: events
+flows:
+  - name: live
+    target: events
+    kind: append
+    source: {kafka: {topic: `+topic+`}}
+    batch: {rows: 5}
+`)
+		ctx := t.Context()
+		if err := consumer.CreateTopic(ctx, []string{broker.Addr()}, topic, 4); err != nil {
+			t.Fatal(err)
+		}
+		var ms []consumer.Message
+		want := map[string]bool{"id": true}
+		for p := range 4 {
+			for i := range 20 {
+				field := fmt.Sprintf("f%d_%d", p, i%7)
+				want[field] = true
+				ms = append(ms, consumer.Message{Partition: int32(p), Value: fmt.Appendf(nil, `{"id": %d, %q: "v"}`, p*100+i, field)})
+			}
+		}
+		if err := consumer.Produce(ctx, []string{broker.Addr()}, topic, ms); err != nil {
+			t.Fatal(err)
+		}
+		s.update()
+		got := map[string]bool{}
+		for _, c := range columnsOf(t, s, "events") {
+			got[strings.Fields(c)[0]] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("columns %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		}
+		if rows := s.rows("events", batch.LoadIDColumn); len(rows) != 80 {
+			t.Fatalf("%d rows, want 80", len(rows))
+		}
+		if dls := s.rows(batch.DeadLettersTable); len(dls) != 0 {
+			t.Fatalf("dead letters %q", dls)
 		}
 	})
 }
