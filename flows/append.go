@@ -76,14 +76,20 @@ func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (
 		return nil, err
 	}
 	h.r.stampDeadLetters(h.flow, dls)
-	counts := h.r.count(nil, h.flow, ContractCount, spec.ContractDiscardRow, discarded)
+	counts := h.r.count(nil, h.flow, ContractCount, spec.ContractDiscardRow, int64(len(discarded)))
 	if h.rules != nil {
-		// The decoded rows are the records that are not dead letters, in order.
+		// The decoded rows are the records that are neither dead letters
+		// nor discarded, in order.
 		recs := make([]int, 0, out.Len())
-		j := 0
+		j, k := 0, 0
 		for i := range rb.Records {
-			if j < len(dls) && dls[j].Position == rb.Records[i].Position() {
+			pos := rb.Records[i].Position()
+			if j < len(dls) && dls[j].Position == pos {
 				j++
+				continue
+			}
+			if k < len(discarded) && discarded[k] == pos {
+				k++
 				continue
 			}
 			recs = append(recs, i)
@@ -113,13 +119,13 @@ func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (
 // some records have fields that are no columns yet, it adds them
 // (runner.evolve) and decodes the batch again with them.
 //
-// It returns the decoded rows, the dead letters, and how many records the
-// schema contract discarded.
-func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch.Batch, []batch.DeadLetter, int64, error) {
+// It returns the decoded rows, the dead letters, and the positions of the
+// records the schema contract discarded.
+func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch.Batch, []batch.DeadLetter, []string, error) {
 	for try := 0; ; try++ {
 		dec, err := h.decoder()
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		out := batch.New(dec.Schema(), len(recs))
 		dls := dec.DecodeAll(recs, out, nil)
@@ -132,7 +138,7 @@ func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch
 		renamed := dec.Renamed()
 		h.pool.Put(dec)
 		h.r.noteNames(h.flow, renamed)
-		if len(found) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls)+int(discarded) {
+		if len(found) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls)+len(discarded) {
 			// A batch of no columns has no length: its rows would be lost.
 			return out, h.valueless(recs, dls), discarded, nil
 		}
@@ -142,10 +148,10 @@ func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch
 		if try == 2 {
 			// Each pass adds every column the batch lacks: a third means
 			// the columns the destination reports do not hold.
-			return nil, nil, 0, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v", h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
+			return nil, nil, nil, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v", h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
 		}
 		if err := h.r.evolve(ctx, h.flow, found); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 	}
 }

@@ -49,12 +49,12 @@ func (d *JSON) Govern(c Contract) {
 	d.plan.contract = c
 }
 
-// Discarded returns how many records DecodeAll left out under discard_row
-// since the last call.
-func (d *JSON) Discarded() int64 {
-	n := d.discarded
-	d.discarded = 0
-	return n
+// Discarded returns the positions (batch.Record.Position) of the records
+// DecodeAll left out under discard_row since the last call, in order.
+func (d *JSON) Discarded() []string {
+	out := d.discarded
+	d.discarded = nil
+	return out
 }
 
 // VariantName is the column that holds a column's values of type t that

@@ -30,7 +30,7 @@ func governed(t *testing.T, s batch.Schema, c Contract, msgs ...string) (*batch.
 	}
 	out := batch.New(s, len(recs))
 	dls := d.DecodeAll(recs, out, nil)
-	return out, dls, d.Found(), d.Discarded()
+	return out, dls, d.Found(), int64(len(d.Discarded()))
 }
 
 func TestInferringFindsColumnsThenDecodes(t *testing.T) {
@@ -160,7 +160,7 @@ func TestDeclaredContracts(t *testing.T) {
 		d.Govern(tc.contract)
 		out := batch.New(s, 1)
 		dls := d.DecodeAll([]batch.Record{{Value: []byte(tc.msg)}}, out, nil)
-		if out.Len() != tc.rows || len(dls) != tc.dead || d.Discarded() != tc.discarded {
+		if out.Len() != tc.rows || len(dls) != tc.dead || int64(len(d.Discarded())) != tc.discarded {
 			t.Errorf("%v %s: %d rows, dead letters %v; want %d rows, %d dead, %d discarded", tc.contract, tc.msg, out.Len(), dls, tc.rows, tc.dead, tc.discarded)
 		}
 		if tc.dead == 1 && tc.contract.Columns == Freeze && dls[0].Reason != batch.ReasonSchemaContract {

@@ -158,7 +158,7 @@ type JSON struct {
 	renamed   [][2]string
 	strayKey  string // a field of the record that is no column (governed declared decoders)
 	strayVal  *fastjson.Value
-	discarded int64
+	discarded []string
 }
 
 // NewJSON returns a decoder for the schema s: the source's columns. s may
@@ -263,7 +263,7 @@ func (d *JSON) DecodeAll(recs []batch.Record, out *batch.Batch, dls []batch.Dead
 		rec := &recs[i]
 		if err := d.decode(rec, out); err != nil {
 			if err.Reason == reasonDiscarded {
-				d.discarded++
+				d.discarded = append(d.discarded, rec.Position())
 				continue
 			}
 			dls = append(dls, batch.DeadLetter{
