@@ -248,7 +248,9 @@ flows:
 		}
 		// The expectation's dead letter is the record it read, not one the
 		// contract left out before it.
-		if !slices.ContainsFunc(bad, func(d string) bool { return strings.HasPrefix(d, "second,0/3,expectation,") && strings.HasSuffix(d, `[123 34 105 100 34 58 32 52 125]`) }) {
+		if !slices.ContainsFunc(bad, func(d string) bool {
+			return strings.HasPrefix(d, "second,0/3,expectation,") && strings.HasSuffix(d, `[123 34 105 100 34 58 32 52 125]`)
+		}) {
 			t.Fatalf("dead letters %q, want record 0/3 {\"id\": 4} dropped by expectation small", bad)
 		}
 		counts := s.rows(batch.ExpectationsTable, "at", batch.LoadIDColumn, "pipeline")
