@@ -74,14 +74,15 @@ func (s *Sink) attach(ctx context.Context, table, stage, pid string) error {
 // movePartition attaches (verb ATTACH) or replaces (REPLACE) one partition
 // of a target from a staging table. A staging table created before Ensure
 // added nullable columns to the target gets them too, then the statement is
-// tried again.
+// tried again: again while the target keeps gaining columns meanwhile (a
+// table typed by its messages, evolved by other loads), a few times.
 func (s *Sink) movePartition(ctx context.Context, verb, table, stage, pid string) error {
 	if !validPartitionID(pid) {
 		return fmt.Errorf("clickhouse: staging table %s has partition id %q, which sluice cannot name", stage, pid)
 	}
 	stmt := "ALTER TABLE " + s.table(table) + " " + verb + " PARTITION ID '" + pid + "' FROM " + s.table(stage)
 	err := s.conn.Exec(ctx, stmt)
-	if chsql.IsCode(err, chsql.CodeIncompatibleColumns) {
+	for try := 0; try < maxAlignments && chsql.IsCode(err, chsql.CodeIncompatibleColumns); try++ {
 		if aerr := s.alignStage(ctx, table, stage); aerr != nil {
 			return aerr
 		}
@@ -92,6 +93,10 @@ func (s *Sink) movePartition(ctx context.Context, verb, table, stage, pid string
 	}
 	return nil
 }
+
+// maxAlignments bounds how often movePartition aligns a staging table with
+// its target before it gives up (the load is then retried).
+const maxAlignments = 8
 
 // alignStage adds to a staging table the nullable columns its target gained.
 func (s *Sink) alignStage(ctx context.Context, table, stage string) error {
