@@ -56,10 +56,8 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	if target == nil {
 		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
-	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f), infers: f.InfersJSON() && f.DataTold(r.p)}
-	if h.infers {
-		h.pool.New = func() any { return nil }
-	} else if f.Source.Kafka != nil {
+	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f), infers: f.TypedByMessages(r.p)}
+	if f.Source.Kafka != nil && !h.infers {
 		proto, err := decode.NewJSON(f.SourceSchema(), f.SourceUnits(r.p))
 		if err != nil {
 			return nil, err

@@ -365,11 +365,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 	}
 	rs.wanted = r.sourceSchema(f)
 	if len(rs.wanted.Columns) == 0 && f.Kind == spec.KindAppend {
-		rs.wanted = r.tableSchema(f.Target)
-		// But for the columns the flow computes.
-		rs.wanted.Columns = slices.DeleteFunc(slices.Clone(rs.wanted.Columns), func(c batch.Column) bool {
-			return slices.ContainsFunc(f.ComputedColumns, func(cc spec.ComputedColumn) bool { return cc.Name == c.Name })
-		})
+		rs.wanted = sourceColumns(f, r.tableSchema(f.Target))
 	}
 	if len(rs.wanted.Columns) == 0 && len(files) > 0 && rs.format == backfill.FormatParquet {
 		var err error

@@ -25,7 +25,7 @@ func (r *runner) resolveFromData(ctx context.Context) error {
 	r.inferred = map[string]batch.Schema{}
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
-		if !f.InfersJSON() || !f.DataTold(r.p) {
+		if !f.TypedByMessages(r.p) {
 			continue
 		}
 		stored, err := r.storedColumns(ctx, f.Target)
@@ -67,8 +67,9 @@ func sourceColumns(f *spec.Flow, t batch.Schema) batch.Schema {
 // evolve adds to a flow that infers its columns from JSON messages the
 // columns its messages were found to need, and to its target, before the
 // load that first carries them writes: the table's columns as the
-// destination has them now (another process may have added some), then
-// those it lacks. On failure nothing changed.
+// destination has them now (another process may have added some, and
+// every column this one added is there), then those it lacks. On failure
+// nothing changed.
 func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column) error {
 	r.dataMu.Lock()
 	defer r.dataMu.Unlock()
@@ -78,11 +79,6 @@ func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column)
 	}
 	was := r.inferred[f.Name]
 	next := sourceColumns(f, stored)
-	for _, c := range was.Columns {
-		if next.Index(c.Name) < 0 {
-			next.Columns = append(next.Columns, c)
-		}
-	}
 	var added []string
 	for _, c := range found {
 		if next.Index(c.Name) < 0 {

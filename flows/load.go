@@ -100,12 +100,12 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 			return err
 		}
 		err = p.write(ctx, ld)
-		vb, versionDone := r.claimVersion(f)
+		hash, vb, versionDone := r.claimVersion(f)
 		if err == nil && vb != nil {
 			err = ld.Write(ctx, batch.VersionTable, vb)
 		}
 		if err == nil {
-			c.Rows, c.DeadLetters, c.SchemaHash = p.rows, p.deadLetters, r.schemaHash()
+			c.Rows, c.DeadLetters, c.SchemaHash = p.rows, p.deadLetters, hash
 			err = ld.Commit(ctx, c)
 		}
 		if versionDone != nil {

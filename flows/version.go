@@ -98,7 +98,7 @@ func (r *runner) loadVersions(ctx context.Context) error {
 		// The names the messages were seen with so far: a start has not
 		// seen them yet.
 		for _, sf := range last.Flows {
-			if f := r.p.Flow(sf.Name); f != nil && f.InfersJSON() && f.DataTold(r.p) {
+			if f := r.p.Flow(sf.Name); f != nil && f.TypedByMessages(r.p) {
 				r.names[sf.Name] = sf.Names
 			}
 		}
@@ -143,14 +143,6 @@ func latestVersion(ctx context.Context, sink sinks.Sink, pipeline string) (versi
 		out = versionRow{Version: ver.Ints[i], Hash: hash.Strs[i], Schema: doc.Strs[i], At: time.UnixMicro(at.Ints[i]).UTC()}
 	}
 	return out, nil
-}
-
-// schemaHash returns the version_hash of the schema loads are written
-// under now.
-func (r *runner) schemaHash() string {
-	r.versions.mu.Lock()
-	defer r.versions.mu.Unlock()
-	return r.versions.hash
 }
 
 // noteNames records the field names a flow's messages were normalized
@@ -200,15 +192,16 @@ func (r *runner) schemaChanged() {
 	v.doc, v.hash, v.written = doc, hash, false
 }
 
-// claimVersion returns the row of the current version for a load of flow
-// f to write when no committed load holds it and no other load in flight
-// carries it, with the function to call once the load ended.
-func (r *runner) claimVersion(f *spec.Flow) (*batch.Batch, func(committed bool)) {
+// claimVersion returns the hash of the schema a load of flow f is written
+// under and, when no committed load holds its row and no other load in
+// flight carries it, the row for the load to write, with the function to
+// call once the load ended.
+func (r *runner) claimVersion(f *spec.Flow) (hash string, row *batch.Batch, done func(committed bool)) {
 	v := &r.versions
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.written || v.claimed || v.hash == "" {
-		return nil, nil
+		return v.hash, nil, nil
 	}
 	v.claimed = true
 	b := batch.New(batch.VersionSchema, 1)
@@ -218,8 +211,8 @@ func (r *runner) claimVersion(f *spec.Flow) (*batch.Batch, func(committed bool))
 	b.Vectors[3].AppendString(v.doc)
 	b.Vectors[4].AppendString(f.Name)
 	b.Vectors[5].AppendInt(time.Now().UTC().UnixMicro())
-	hash := v.hash
-	return b, func(committed bool) {
+	hash = v.hash
+	return hash, b, func(committed bool) {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		v.claimed = false

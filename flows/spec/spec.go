@@ -248,7 +248,7 @@ type SchemaContract struct {
 // not fit its declared column is a dead letter).
 func (f *Flow) Contract(p *Pipeline) SchemaContract {
 	c := SchemaContract{Columns: ContractDiscardValue, DataType: ContractFreeze}
-	if f.InfersJSON() && f.DataTold(p) {
+	if f.TypedByMessages(p) {
 		c = SchemaContract{Columns: ContractEvolve, DataType: ContractEvolve}
 	}
 	if f.SchemaContract != nil {
@@ -591,6 +591,10 @@ func (f *Flow) InfersJSON() bool {
 	return f.Kind == KindAppend && f.Source.Kafka != nil && len(f.Source.Kafka.Columns) == 0 &&
 		(f.Source.Kafka.Format == "" || f.Source.Kafka.Format == FormatJSON)
 }
+
+// TypedByMessages reports whether the flow's columns come from its JSON
+// messages: it infers them (InfersJSON) and its target declares none.
+func (f *Flow) TypedByMessages(p *Pipeline) bool { return f.InfersJSON() && f.DataTold(p) }
 
 // ResolveFromData types the flows whose columns only their data tells with
 // schema(f) (what their files carry now; empty when they have none yet) and

@@ -809,7 +809,7 @@ func (c *checker) schemaContract(i int, f *Flow) {
 		c.add(path, "a schema contract governs the fields of JSON messages: it applies to kafka sources of format json")
 		return
 	}
-	inferred := f.InfersJSON() && f.DataTold(c.p)
+	inferred := f.TypedByMessages(c.p)
 	for _, k := range []struct{ key, val string }{{"columns", sc.Columns}, {"data_type", sc.DataType}} {
 		switch k.val {
 		case "", ContractFreeze, ContractDiscardRow, ContractDiscardValue:
