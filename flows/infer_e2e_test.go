@@ -2,14 +2,12 @@ package flows_test
 
 import (
 	"fmt"
-	"io/fs"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/parquet-go/parquet-go"
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks/destination"
@@ -159,25 +157,9 @@ func readEvents(t *testing.T, dir string) []string {
 		}
 		return ""
 	}
-	var out []string
-	err := filepath.WalkDir(dir+"/", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".parquet") {
-			return err
-		}
-		rows, err := parquet.ReadFile[row](path)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		for _, r := range rows {
-			out = append(out, strings.Join([]string{str(r.ID), str(r.UserName), str(r.Score), str(r.OK), str(r.Extra)}, ","))
-		}
-		return nil
+	return readLocalFiles(t, dir, func(r row) string {
+		return strings.Join([]string{str(r.ID), str(r.UserName), str(r.Score), str(r.OK), str(r.Extra)}, ",")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // columnsOf lists a table's columns as "name type [nullable]".
@@ -308,6 +290,34 @@ flows:
 		}
 		if dls := s.rows(batch.DeadLettersTable); len(dls) != 0 {
 			t.Fatalf("dead letters %q", dls)
+		}
+	})
+}
+
+// TestJSONInferenceWithRules checks that a table typed by its messages
+// takes computed columns and a where filter, the computed columns staying
+// after the columns of the messages as new fields arrive.
+func TestJSONInferenceWithRules(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "infer_rules_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: events
+flows:
+  - name: live
+    target: events
+    kind: append
+    source: {kafka: {topic: `+topic+`}}
+    computed_columns:
+      - {name: double, type: int64, nullable: true, expr: "n * 2"}
+    where: 'n != 3'
+`)
+		s.produce(topic, `{"n": 1}`, `{"n": 3}`)
+		s.update()
+		s.produce(topic, `{"n": 2, "x": "a"}`)
+		s.update()
+		if got, want := s.rows("events", batch.LoadIDColumn), []string{"1,∞,2", "2,a,4"}; !slices.Equal(got, want) {
+			t.Fatalf("rows %q, want %q", got, want)
 		}
 	})
 }

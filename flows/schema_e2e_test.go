@@ -521,21 +521,31 @@ func readLocalTable(t *testing.T, dir string) []string {
 		Name  string `parquet:"name"`
 		Score *int64 `parquet:"score,optional"`
 	}
+	return readLocalFiles(t, dir, func(r row) string {
+		score := "<nil>"
+		if r.Score != nil {
+			score = fmt.Sprint(*r.Score)
+		}
+		return fmt.Sprintf("%d,%s,%s", r.ID, r.Name, score)
+	})
+}
+
+// readLocalFiles reads with parquet-go every Parquet file of a local
+// table's current version (dir, its symlink) into rows of type T, and
+// returns them rendered by format, sorted.
+func readLocalFiles[T any](t *testing.T, dir string, format func(T) string) []string {
+	t.Helper()
 	var out []string
 	err := filepath.WalkDir(dir+"/", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".parquet") {
 			return err
 		}
-		rows, err := parquet.ReadFile[row](path)
+		rows, err := parquet.ReadFile[T](path)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		for _, r := range rows {
-			score := "<nil>"
-			if r.Score != nil {
-				score = fmt.Sprint(*r.Score)
-			}
-			out = append(out, fmt.Sprintf("%d,%s,%s", r.ID, r.Name, score))
+			out = append(out, format(r))
 		}
 		return nil
 	})
