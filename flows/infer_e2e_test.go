@@ -23,14 +23,7 @@ func TestJSONInferenceAndEvolution(t *testing.T) {
 	broker := startBroker(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic := "infer_" + dname
-		s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: events
-flows:
-  - name: live
-    target: events
-    kind: append
-    source: {kafka: {topic: `+topic+`}}
-`)
+		s := newStepper(t, broker.Addr(), dest(t), eventsSpec(topic, ""))
 		s.produce(topic)
 		s.update() // nothing yet: no table
 		if err := s.tryScan("events"); err == nil {
@@ -252,15 +245,8 @@ func TestJSONInferenceAcrossPartitions(t *testing.T) {
 	broker := startBroker(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic := "infer_parts_" + dname
-		s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: events
-flows:
-  - name: live
-    target: events
-    kind: append
-    source: {kafka: {topic: `+topic+`}}
-    batch: {rows: 5}
-`)
+		s := newStepper(t, broker.Addr(), dest(t), eventsSpec(topic, `    batch: {rows: 5}
+`))
 		ctx := t.Context()
 		if err := consumer.CreateTopic(ctx, []string{broker.Addr()}, topic, 4); err != nil {
 			t.Fatal(err)
@@ -301,17 +287,10 @@ func TestJSONInferenceWithRules(t *testing.T) {
 	broker := startBroker(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic := "infer_rules_" + dname
-		s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: events
-flows:
-  - name: live
-    target: events
-    kind: append
-    source: {kafka: {topic: `+topic+`}}
-    computed_columns:
+		s := newStepper(t, broker.Addr(), dest(t), eventsSpec(topic, `    computed_columns:
       - {name: double, type: int64, nullable: true, expr: "n * 2"}
     where: 'n != 3'
-`)
+`))
 		s.produce(topic, `{"n": 1}`, `{"n": 3}`)
 		s.update()
 		s.produce(topic, `{"n": 2, "x": "a"}`)
@@ -320,4 +299,17 @@ flows:
 			t.Fatalf("rows %q, want %q", got, want)
 		}
 	})
+}
+
+// eventsSpec is a spec of table events typed by the messages of flow live
+// from topic, with more keys of the flow.
+func eventsSpec(topic, flowKeys string) string {
+	return `tables:
+  - name: events
+flows:
+  - name: live
+    target: events
+    kind: append
+    source: {kafka: {topic: ` + topic + `}}
+` + flowKeys
 }
