@@ -224,18 +224,16 @@ func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*pr
 }
 
 func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
-	target := h.r.tableSchema(h.flow.Target)
-	if len(target.Columns) == 0 && out.Len() > 0 {
+	if len(h.r.tableSchema(h.flow.Target).Columns) == 0 && out.Len() > 0 {
 		// Never projected away: a table is typed before its rows arrive.
 		return nil, fmt.Errorf("target %s has no columns yet for the %d rows read: declare its columns", h.flow.Target, out.Len())
 	}
-	rows := Project(out, target)
 	return &prepared{
-		rows:        int64(rows.Len()),
+		rows:        int64(out.Len()),
 		deadLetters: int64(len(dls)),
 		write: func(ctx context.Context, ld sinks.Load) error {
-			if rows.Len() > 0 {
-				if err := h.r.writeRows(ctx, ld, h.flow.Target, rows); err != nil {
+			if out.Len() > 0 {
+				if err := h.r.writeRows(ctx, ld, h.flow.Target, out); err != nil {
 					return err
 				}
 			}
