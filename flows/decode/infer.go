@@ -135,6 +135,7 @@ func NewInferring(s batch.Schema, names func(string) string) (*JSON, error) {
 	}
 	d.plan.infer = true
 	d.plan.names = names
+	d.keys = make([]string, len(s.Columns))
 	d.plan.contract = Contract{Columns: Evolve, DataType: Evolve}
 	d.plan.variant = make([]bool, len(s.Columns))
 	for i, c := range s.Columns {

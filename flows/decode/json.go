@@ -151,12 +151,14 @@ type JSON struct {
 	arena  arena
 
 	// Inferring decoders only (infer.go).
-	keys      []string // per column, the field name that gave its value
-	norm      map[string]normalized
-	found     []batch.Column
-	foundAt   map[string]int
-	renamed   [][2]string
-	strayKey  string // a field of the record that is no column (governed declared decoders)
+	keys    []string // per column, the field name that gave its value
+	norm    map[string]normalized
+	found   []batch.Column
+	foundAt map[string]int
+	renamed [][2]string
+
+	// Governed decoders (Govern).
+	strayKey  string // a field of the record that is no column (declared decoders)
 	strayVal  *fastjson.Value
 	discarded []string
 }
@@ -228,7 +230,7 @@ func NewJSON(s batch.Schema, units ...Units) (*JSON, error) {
 		}
 		p.cols[i] = col
 	}
-	return &JSON{plan: p, vals: make([]*fastjson.Value, len(p.cols)), keys: make([]string, len(p.cols))}, nil
+	return &JSON{plan: p, vals: make([]*fastjson.Value, len(p.cols))}, nil
 }
 
 // Clone returns a decoder of the same schema with its own buffers, for use
