@@ -306,7 +306,9 @@ func drawEvents(t *rapid.T, v variant, distinct bool) []pev {
 		// keep truncates off the upserts' sequences then.
 		used := map[int]bool{}
 		for _, e := range evs {
-			used[e.seq] = v.ignoreNull != 0 && e.op == "U"
+			if v.ignoreNull != 0 && e.op == "U" {
+				used[e.seq] = true
+			}
 		}
 		seqs := rapid.SliceOfNDistinct(rapid.IntRange(1, 16), 0, 2, rapid.ID[int]).Draw(t, "truncates")
 		for _, s := range seqs {
