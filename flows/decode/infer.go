@@ -161,28 +161,41 @@ func NewInferring(s batch.Schema, names func(string) string) (*JSON, error) {
 func (d *JSON) Found() []batch.Column {
 	out := d.found
 	d.found, d.foundAt = nil, nil
+	for i := range d.hints {
+		if d.hints[i].found > 0 {
+			d.hints[i] = hint{col: -1}
+		}
+	}
 	return out
 }
 
 // inferredKind is the type a JSON value infers, or false for null; a
 // nested object or array has none (an error for the caller).
 func inferredKind(val *fastjson.Value) (batch.Type, bool) {
+	t, ok, _ := inferKind(val, nil)
+	return t, ok
+}
+
+// inferKind is inferredKind with num as scratch for a number's text,
+// returned for reuse.
+func inferKind(val *fastjson.Value, num []byte) (batch.Type, bool, []byte) {
 	switch val.Type() {
 	case fastjson.TypeString:
 		b, _ := val.StringBytes()
 		if _, ok := parseTimestamp(b2s(b)); ok {
-			return batch.Timestamp, true
+			return batch.Timestamp, true, num
 		}
-		return batch.String, true
+		return batch.String, true, num
 	case fastjson.TypeNumber:
-		if _, ok, inRange := parseInt(string(val.MarshalTo(nil))); ok && inRange {
-			return batch.Int64, true
+		num = val.MarshalTo(num[:0])
+		if _, ok, inRange := parseInt(b2s(num)); ok && inRange {
+			return batch.Int64, true, num
 		}
-		return batch.Float64, true
+		return batch.Float64, true, num
 	case fastjson.TypeTrue, fastjson.TypeFalse:
-		return batch.Bool, true
+		return batch.Bool, true, num
 	}
-	return batch.Type{}, false
+	return batch.Type{}, false, num
 }
 
 // widen merges the type a new column's values inferred so far with one
@@ -200,25 +213,48 @@ func widen(have, next batch.Type) batch.Type {
 }
 
 // unknown handles a field with a value that is no column, under
-// columns: evolve: a column to add.
+// columns: evolve: a column to add. The batch is decoded again once its
+// columns exist, and that pass checks every value; this one only needs
+// the types, so a value whose type the column found so far already takes
+// costs a map lookup.
 func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
-	switch val.Type() {
+	vt := val.Type()
+	switch vt {
 	case fastjson.TypeObject, fastjson.TypeArray:
 		return &Error{Reason: batch.ReasonTypeMismatch, Field: name, Msg: describe(val) + " is nested, which an inferred table does not hold yet: declare the flow's columns to leave it out"}
 	}
-	if !validNumber(val) {
-		return &Error{Reason: batch.ReasonUndecodable, Field: name, Msg: "invalid JSON: " + clip(string(val.MarshalTo(nil))) + " is not a number"}
+	if i, ok := d.foundAt[name]; ok && absorbs(d.found[i].Type, vt) {
+		return nil
 	}
-	t, _ := inferredKind(val)
-	if b, _ := val.StringBytes(); val.Type() == fastjson.TypeString && !utf8.Valid(b) {
-		return invalidUTF8(name, b)
+	if vt == fastjson.TypeNumber {
+		d.num = val.MarshalTo(d.num[:0])
+		if !isJSONNumber(b2s(d.num)) {
+			return &Error{Reason: batch.ReasonUndecodable, Field: name, Msg: "invalid JSON: " + clip(string(d.num)) + " is not a number"}
+		}
 	}
+	if vt == fastjson.TypeString {
+		if b, _ := val.StringBytes(); !utf8.Valid(b) {
+			return invalidUTF8(name, b)
+		}
+	}
+	var t batch.Type
+	t, _, d.num = inferKind(val, d.num)
 	d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
 	return nil
 }
 
-func validNumber(val *fastjson.Value) bool {
-	return val.Type() != fastjson.TypeNumber || isJSONNumber(string(val.MarshalTo(nil)))
+// absorbs reports whether a column inferred as t takes every value of
+// JSON type vt without widening.
+func absorbs(t batch.Type, vt fastjson.Type) bool {
+	switch vt {
+	case fastjson.TypeString:
+		return t == batch.String
+	case fastjson.TypeNumber:
+		return t == batch.Float64
+	case fastjson.TypeTrue, fastjson.TypeFalse:
+		return t == batch.Bool
+	}
+	return false
 }
 
 // normalized is a field name and the column name it maps to.
@@ -272,13 +308,23 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 			n := d.columnName(key)
 			i, ok := d.index[n.name]
 			if !ok {
-				h.key, h.col = "", -1
+				h.key, h.col, h.found = "", -1, 0
 				if val.Type() != fastjson.TypeNull {
 					err = d.stray(n.name, val)
 				}
+				if f, ok := d.foundAt[n.name]; ok && err == nil && d.contract.Columns == Evolve {
+					h.key, h.found = n.key, f+1
+				}
 				return
 			}
-			h.key, h.col = n.key, i
+			h.key, h.col, h.found = n.key, i, 0
+		}
+		if h.found > 0 {
+			// A new field, met at this position before.
+			if vt := val.Type(); vt != fastjson.TypeNull && !absorbs(d.found[h.found-1].Type, vt) {
+				err = d.unknown(d.found[h.found-1].Name, val)
+			}
+			return
 		}
 		i := h.col
 		if d.vals[i] != nil && d.keys[i] != h.key {

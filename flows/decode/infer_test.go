@@ -62,6 +62,32 @@ func TestInferringFindsColumnsThenDecodes(t *testing.T) {
 	}
 }
 
+// Fields met at the same position in every record take the quick path of
+// a new field (docs/schema.md#tables-typed-by-their-json-messages): the
+// widening rules and the refusals hold there too.
+func TestInferringWidensAtTheSamePosition(t *testing.T) {
+	msgs := []string{
+		`{"id": 1, "at": "2024-05-01T10:00:00Z", "s": "a", "f": 1.5}`,
+		`{"id": 2, "at": "2024-05-01T10:00:01Z", "s": "b", "f": 2}`,
+		`{"id": 2.5, "at": "soon", "s": "c", "f": 3}`,
+		`{"id": 4, "at": "2024-05-01T10:00:02Z", "s": {"x": 1}, "f": 4}`,
+		`{"id": 5, "at": "2024-05-01T10:00:03Z", "s": "e", "f": 5}`,
+	}
+	_, dls, found := inferAll(t, batch.Schema{}, msgs...)
+	want := []batch.Column{
+		{Name: "id", Type: batch.Float64, Nullable: true},
+		{Name: "at", Type: batch.String, Nullable: true},
+		{Name: "s", Type: batch.String, Nullable: true},
+		{Name: "f", Type: batch.Float64, Nullable: true},
+	}
+	if got := (batch.Schema{Columns: found}); !got.Equal(batch.Schema{Columns: want}) {
+		t.Fatalf("found %v, want %v", found, want)
+	}
+	if len(dls) != 1 || dls[0].Position != "0/3" || !strings.Contains(dls[0].Error, "nested") {
+		t.Fatalf("dead letters %v, want the nested value of offset 3", dls)
+	}
+}
+
 func TestInferringRefusesWhatItCannotHold(t *testing.T) {
 	s := batch.Schema{Columns: []batch.Column{
 		{Name: "id", Type: batch.Int64, Nullable: true},

@@ -97,8 +97,9 @@ func micros(x, per int64) (int64, string) {
 // message named: producers write fields in a steady order, so a string
 // comparison usually replaces a map lookup.
 type hint struct {
-	key string // a column name; "" when the key was not a column
-	col int
+	key   string // a column name; "" when the key was not a column
+	col   int
+	found int // inferring: 1 + the index in found of the field that is no column yet, or 0
 }
 
 // plan is what NewJSON derives from the schema; clones share it.
