@@ -96,7 +96,13 @@ func (r *jsonlReader) Next(ctx context.Context) (*Chunk, error) {
 		}
 		r.skipped = r.offset
 	}
-	out := batch.New(r.dec.Schema(), min(r.opts.MaxRows, 1024))
+	var out *batch.Batch
+	if !r.opts.Lines {
+		out = batch.New(r.dec.Schema(), min(r.opts.MaxRows, 1024))
+	}
+	// Under Lines, the chunk's lines back to back (a record keeps its part
+	// of an outgrown buffer).
+	var text []byte
 	c := &Chunk{File: r.file.Name, RowGroup: -1, FirstRow: r.line, Skipped: r.skipped}
 	r.skipped = 0
 	start := r.offset
@@ -126,6 +132,12 @@ func (r *jsonlReader) Next(ctx context.Context) (*Chunk, error) {
 			contiguous = false
 			continue
 		}
+		if r.opts.Lines {
+			at := len(text)
+			text = append(text, line...)
+			c.Records = append(c.Records, batch.Record{Topic: r.file.Name, Partition: batch.LinePartition, Offset: lineNo, Value: text[at:len(text):len(text)]})
+			continue
+		}
 		rec := batch.Record{Topic: r.file.Name, Offset: lineNo, Value: line}
 		if err := r.dec.Decode(&rec, out); err != nil {
 			var de *decode.Error
@@ -148,6 +160,9 @@ func (r *jsonlReader) Next(ctx context.Context) (*Chunk, error) {
 		return nil, r.fail(err)
 	}
 	c.Next, c.Bytes, c.Done = r.line, r.offset-start, r.done
+	if r.opts.Lines {
+		return c, nil
+	}
 	if !contiguous {
 		c.Rows = rows
 	}

@@ -62,6 +62,10 @@ type ReadOptions struct {
 	// Units names the unit of JSONL timestamp columns that hold integers
 	// (decode.Units); Parquet files type their own.
 	Units decode.Units
+	// Lines makes a JSONL read return its lines undecoded, in
+	// Chunk.Records, for a caller that decodes them itself (a table typed
+	// by its lines); the schema and Hive are then not used.
+	Lines bool
 	// Names, when set, gives the column name of each of a Parquet file's
 	// own column names (names from the data, normalized): wanted columns
 	// are looked up by it, per file. Two of a file's columns with one name
@@ -98,6 +102,11 @@ type Reader interface {
 // JSONL file's lines (blank lines included).
 type Chunk struct {
 	Batch *batch.Batch
+	// Records holds the chunk's lines instead of Batch when the read was
+	// of ReadOptions.Lines (blank and too long lines left out), each a
+	// batch.Record of the file's name, batch.LinePartition and its line
+	// number.
+	Records []batch.Record
 	File  string // the File's Name
 	// RowGroup is the Parquet row group of the chunk's first row (chunks may
 	// span row groups); -1 for JSONL.

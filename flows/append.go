@@ -3,6 +3,7 @@ package flows
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,6 +50,10 @@ type appendHandler struct {
 	// decoders are of the columns inferred so far, a pooled one of older
 	// columns is dropped.
 	infers bool
+	// hive names the columns of a table typed by the lines of its JSONL
+	// files that the files' paths fill (Hive segments): no line fills
+	// them. Set before each pass reads.
+	hive []string
 }
 
 func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
@@ -69,10 +74,49 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 }
 
 func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
-	out, dls, discarded, err := h.decode(ctx, rb.Records)
+	return h.prepareRecords(ctx, rb.Records, nil, nil)
+}
+
+// prepareLines appends a chunk of the lines of JSONL files into a table
+// typed by them: decoded as messages are, each row given the Hive columns
+// of file (hive, typed) from its path.
+func (h *appendHandler) prepareLines(ctx context.Context, ch *backfill.Chunk, file backfill.File, hive batch.Schema) (*prepared, error) {
+	fill := func(out *batch.Batch) (*batch.Batch, error) {
+		if len(h.hive) == 0 {
+			return out, nil
+		}
+		s := h.r.sourceSchema(h.flow)
+		full := &batch.Batch{Schema: batch.Schema{Columns: slices.Clone(out.Schema.Columns)}, Vectors: slices.Clone(out.Vectors)}
+		for _, name := range h.hive {
+			c := s.Columns[s.Index(name)]
+			v, err := backfill.HiveValueOf(file, c)
+			if err != nil {
+				return nil, err
+			}
+			vec := batch.NewVector(c.Type, out.Len())
+			v.AppendTo(vec, out.Len())
+			full.Schema.Columns = append(full.Schema.Columns, c)
+			full.Vectors = append(full.Vectors, vec)
+		}
+		return full, nil
+	}
+	return h.prepareRecords(ctx, ch.Records, fill, ch.DeadLetters)
+}
+
+// prepareRecords appends records decoded as messages: fill, when set,
+// completes the decoded rows; dls are dead letters the source found
+// before (lines too long).
+func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Record, fill func(*batch.Batch) (*batch.Batch, error), early []batch.DeadLetter) (*prepared, error) {
+	out, dls, discarded, err := h.decode(ctx, records)
 	if err != nil {
 		return nil, err
 	}
+	if fill != nil {
+		if out, err = fill(out); err != nil {
+			return nil, err
+		}
+	}
+	h.r.stampDeadLetters(h.flow, early)
 	h.r.stampDeadLetters(h.flow, dls)
 	counts := h.r.count(nil, h.flow, ContractCount, spec.ContractDiscardRow, int64(len(discarded)))
 	if h.rules != nil {
@@ -80,8 +124,8 @@ func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (
 		// nor discarded, in order.
 		recs := make([]int, 0, out.Len())
 		j, k := 0, 0
-		for i := range rb.Records {
-			pos := rb.Records[i].Position()
+		for i := range records {
+			pos := records[i].Position()
 			if j < len(dls) && dls[j].Position == pos {
 				j++
 				continue
@@ -93,7 +137,7 @@ func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (
 			recs = append(recs, i)
 		}
 		res, err := h.rules.apply(h.r, out, nil, func(i int) batch.DeadLetter {
-			rec := &rb.Records[recs[i]]
+			rec := &records[recs[i]]
 			return batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Payload: rec.Value}
 		})
 		if err != nil {
@@ -107,6 +151,7 @@ func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (
 			counts.AppendBatch(res.counts)
 		}
 	}
+	dls = append(dls, early...)
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
@@ -187,13 +232,19 @@ func (h *appendHandler) decoder() (*decode.JSON, error) {
 		return h.pool.Get().(*decode.JSON), nil
 	}
 	s := h.r.sourceSchema(h.flow)
-	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) {
+	if len(h.hive) > 0 {
+		s.Columns = slices.DeleteFunc(slices.Clone(s.Columns), func(c batch.Column) bool { return slices.Contains(h.hive, c.Name) })
+	}
+	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) && d.Reserves(h.hive) {
 		return d, nil
 	}
 	d, err := decode.NewInferring(s, h.r.dataNames())
 	if err != nil {
 		return nil, err
 	}
+	d.Reserve(h.hive, func(name string) string {
+		return "is also a Hive segment of the file's path, which fills column " + name + ": rename the field or the segment"
+	})
 	c := h.contract()
 	if len(s.Columns) == 0 {
 		// A contract governs the changes of a table: its first messages

@@ -177,6 +177,11 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler) (d
 	if err != nil {
 		return false, err
 	}
+	if rs.lines && len(todo) > 0 {
+		if err := r.typeHiveColumns(ctx, f, h, rs.hive); err != nil {
+			return false, err
+		}
+	}
 	if err := r.checkDataColumns(f, todo, rs.wanted); err != nil {
 		return false, err
 	}
@@ -242,6 +247,10 @@ type fileLoader struct {
 func (r *runner) loadFiles(ctx context.Context, fl *fileLoader, files []backfill.File) error {
 	f, h := fl.f, fl.h
 	ls := &fileLoads{from: maps.Clone(fl.start), busy: map[string]bool{}}
+	byName := make(map[string]backfill.File, len(files))
+	for _, file := range files {
+		byName[file.Name] = file
+	}
 	ls.idle = sync.NewCond(&ls.mu)
 	inFlight := 1
 	if _, ok := h.(*appendHandler); ok {
@@ -276,7 +285,13 @@ func (r *runner) loadFiles(ctx context.Context, fl *fileLoader, files []backfill
 				return fmt.Errorf("file %s: %w", ch.File, err)
 			}
 		}
-		p, err := h.prepareChunk(rctx, ch)
+		var p *prepared
+		var err error
+		if ch.Records != nil {
+			p, err = h.(*appendHandler).prepareLines(rctx, ch, byName[ch.File], fl.rs.hive)
+		} else {
+			p, err = h.prepareChunk(rctx, ch)
+		}
 		if err != nil {
 			return fmt.Errorf("file %s: %w", ch.File, err)
 		}
@@ -352,6 +367,9 @@ type readSchema struct {
 	inRead batch.Schema        // those of them read
 	units  decode.Units        // of its JSONL timestamp columns
 	names  func(string) string // a data-told flow's column names from its files' (nil: as they are)
+	// lines is set for JSONL files of a table typed by its lines: they are
+	// read undecoded, and decoded as messages are (appendHandler).
+	lines bool
 }
 
 // filesSchema works out the columns a files flow reads: the source's
@@ -362,6 +380,15 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p), names: r.namesOf(f)}
 	if rs.format == "" {
 		rs.format = backfill.FormatOf(src.Path)
+	}
+	if f.TypedByMessages(r.p) {
+		rs.lines = true
+		var err error
+		rs.hive, err = backfill.HiveTypes(files, r.sourceSchema(f))
+		for i := range rs.hive.Columns {
+			rs.hive.Columns[i].Nullable = true // as every inferred column
+		}
+		return rs, err
 	}
 	rs.wanted = r.sourceSchema(f)
 	if len(rs.wanted.Columns) == 0 && f.Kind == spec.KindAppend {
@@ -390,7 +417,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 
 // open opens a file to read from row start.
 func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
-	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Names: rs.names})
+	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Names: rs.names, Lines: rs.lines})
 }
 
 // showProgress shows a flow's file progress (Options.Progress) until stop.

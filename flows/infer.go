@@ -283,7 +283,7 @@ func (r *runner) ensureFromData(ctx context.Context, f *spec.Flow) error {
 // table's columns, their values of it would be lost. A restart types the
 // table again and adds the column (docs/schema.md).
 func (r *runner) checkDataColumns(f *spec.Flow, todo []backfill.File, wanted batch.Schema) error {
-	if !f.DataTold(r.p) || len(todo) == 0 {
+	if !f.DataTold(r.p) || f.InfersJSON() || len(todo) == 0 {
 		return nil
 	}
 	s, _, err := unionFileSchemas(todo, r.dataNames())
@@ -296,5 +296,25 @@ func (r *runner) checkDataColumns(f *spec.Flow, todo []backfill.File, wanted bat
 				c.Name, c.Type, f.Target)
 		}
 	}
+	return nil
+}
+
+// typeHiveColumns adds to a table typed by the lines of its JSONL files
+// the Hive columns of the files about to be read that it lacks, before
+// their first load, and has h fill them from the files' paths.
+func (r *runner) typeHiveColumns(ctx context.Context, f *spec.Flow, h batchHandler, hive batch.Schema) error {
+	have := r.sourceSchema(f)
+	var missing []batch.Column
+	for _, c := range hive.Columns {
+		if have.Index(c.Name) < 0 {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		if err := r.evolve(ctx, f, missing); err != nil {
+			return err
+		}
+	}
+	h.(*appendHandler).hive = hive.Names()
 	return nil
 }

@@ -3,6 +3,7 @@ package flows_test
 import (
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -312,4 +313,77 @@ flows:
     kind: append
     source: {kafka: {topic: ` + topic + `}}
 ` + flowKeys
+}
+
+// TestJSONLInference checks that an append flow of JSONL files into a
+// table that declares no columns types the table from the lines, as from
+// messages: the Hive segments of the paths become columns, each pass adds
+// the new fields of its files, and what the table cannot hold (a nested
+// value, a field named like a Hive segment, invalid UTF-8) is a dead
+// letter named by its file and line.
+func TestJSONLInference(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: events
+flows:
+  - name: bf
+    target: events
+    kind: append
+    source: {files: {path: "in/day=*/*.jsonl"}}
+`)
+		write := func(name string, lines ...string) {
+			t.Helper()
+			path := filepath.Join(s.dir, "in", name)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write("day=2024-05-01/a.jsonl",
+			`{"id": 1, "userName": "ann"}`,
+			``,
+			`{"id": 2, "userName": "bob", "Score": 1.5}`,
+			`{"id": "three"}`,
+			`{"id": 4, "day": "2024-01-01"}`,
+			`{"id": 5, "tags": ["a"]}`,
+			"{\"id\": 6, \"userName\": \"caf\xe9\"}",
+		)
+		s.update()
+		// The Hive columns come first: the table has them before its
+		// first lines are decoded.
+		want := []string{"day date nullable", "id int64 nullable", "user_name string nullable", "score float64 nullable", "id__v_string string nullable"}
+		if got := columnsOf(t, s, "events"); !slices.Equal(got, want) {
+			t.Fatalf("columns %q, want %q", got, want)
+		}
+		wantRows := []string{"2024-05-01,1,ann,∞,∞", "2024-05-01,2,bob,1.5,∞", "2024-05-01,∞,∞,∞,three"}
+		if got := s.rows("events", batch.LoadIDColumn); !slices.Equal(got, wantRows) {
+			t.Fatalf("rows %q, want %q", got, wantRows)
+		}
+		bad := s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target", "flow", batch.LoadIDColumn)
+		wantBad := []string{
+			`in/day=2024-05-01/a.jsonl,5,type_mismatch,field "day": is also a Hive segment of the file's path, which fills column day: rename the field or the segment`,
+			`in/day=2024-05-01/a.jsonl,6,type_mismatch,field "tags": a JSON array is nested, which an inferred table does not hold yet: declare the flow's columns to leave it out`,
+			`in/day=2024-05-01/a.jsonl,7,invalid_utf8,field "user_name": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`,
+		}
+		if !slices.Equal(bad, wantBad) {
+			t.Fatalf("dead letters\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(wantBad, "\n"))
+		}
+		// A later file with a new field: the next pass adds the column.
+		write("day=2024-05-02/b.jsonl", `{"id": 7, "ok": true}`)
+		s.update()
+		want = append(want, "ok bool nullable")
+		if got := columnsOf(t, s, "events"); !slices.Equal(got, want) {
+			t.Fatalf("columns after a new field %q, want %q", got, want)
+		}
+		wantRows = []string{"2024-05-01,1,ann,∞,∞,∞", "2024-05-01,2,bob,1.5,∞,∞", "2024-05-01,∞,∞,∞,three,∞", "2024-05-02,7,∞,∞,∞,true"}
+		if got := s.rows("events", batch.LoadIDColumn); !slices.Equal(got, wantRows) {
+			t.Fatalf("rows after a new field %q, want %q", got, wantRows)
+		}
+		if vs := s.rows(batch.VersionTable); len(vs) != 2 {
+			t.Fatalf("versions %q, want two: the first file's columns, then ok", vs)
+		}
+	})
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // Record is one raw message of a source before decoding. For Kafka every
-// field is set; file sources set Source to the file path and Offset to the
-// row number in the file.
+// field is set; a line of a file has Topic set to the file's name,
+// Partition to LinePartition and Offset to its line number (from 1).
 type Record struct {
 	Topic     string
 	Partition int32
@@ -20,9 +20,15 @@ type Record struct {
 	Value     []byte // nil for a tombstone
 }
 
+// LinePartition is the Partition of a Record that is a line of a file.
+const LinePartition = -1
+
 // Position returns the record's position as dead letters print it:
-// "partition/offset".
+// "partition/offset", or the line number of a line of a file.
 func (r *Record) Position() string {
+	if r.Partition == LinePartition {
+		return strconv.FormatInt(r.Offset, 10)
+	}
 	return strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 

@@ -49,6 +49,29 @@ func (d *JSON) Govern(c Contract) {
 	d.plan.contract = c
 }
 
+// Reserve makes a field with a value whose column name is one of names
+// an error of its record: something else fills that column (why says
+// what). Call it before Clone.
+func (d *JSON) Reserve(names []string, why func(name string) string) {
+	d.plan.reserved = map[string]string{}
+	for _, n := range names {
+		d.plan.reserved[n] = why(n)
+	}
+}
+
+// Reserves reports whether the decoder reserves exactly names (Reserve).
+func (d *JSON) Reserves(names []string) bool {
+	if len(names) != len(d.reserved) {
+		return false
+	}
+	for _, n := range names {
+		if _, ok := d.reserved[n]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // Discarded returns the positions (batch.Record.Position) of the records
 // DecodeAll left out under discard_row since the last call, in order.
 func (d *JSON) Discarded() []string {
@@ -309,6 +332,10 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 			i, ok := d.index[n.name]
 			if !ok {
 				h.key, h.col, h.found = "", -1, 0
+				if why, ok := d.reserved[n.name]; ok && val.Type() != fastjson.TypeNull {
+					err = &Error{Reason: batch.ReasonTypeMismatch, Field: n.key, Msg: why}
+					return
+				}
 				if val.Type() != fastjson.TypeNull {
 					err = d.stray(n.name, val)
 				}

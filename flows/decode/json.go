@@ -109,8 +109,9 @@ type plan struct {
 	index    map[string]int // JSON field name -> column index, JSON columns only
 	infer    bool           // NewInferring: columns inferred from messages
 	names    func(string) string
-	contract Contract // Govern; the zero value when not governed
-	variant  []bool   // per column, whether it is a variant column (infer only)
+	contract Contract          // Govern; the zero value when not governed
+	variant  []bool            // per column, whether it is a variant column (infer only)
+	reserved map[string]string // Reserve: column name -> why no field may fill it
 }
 
 // JSON decodes one-object-per-message JSON into a batch of a fixed schema.

@@ -583,13 +583,23 @@ func (f *Flow) DataTold(p *Pipeline) bool {
 	return t != nil && len(t.Columns) == 0
 }
 
-// InfersJSON reports whether the flow is an append flow of Kafka JSON
-// messages that declares no columns: when its target declares none either,
-// the decoder infers the columns from the messages and adds the new ones
+// InfersJSON reports whether the flow is an append flow of JSON that
+// declares no columns: Kafka messages of format json, or the lines of
+// JSONL files (not read incrementally: a cursor is a declared column).
+// When its target declares none either, the decoder infers the columns
+// from the messages and adds the new ones
 // (docs/schema.md#tables-typed-by-their-json-messages).
 func (f *Flow) InfersJSON() bool {
-	return f.Kind == KindAppend && f.Source.Kafka != nil && len(f.Source.Kafka.Columns) == 0 &&
-		(f.Source.Kafka.Format == "" || f.Source.Kafka.Format == FormatJSON)
+	if f.Kind != KindAppend {
+		return false
+	}
+	switch s := &f.Source; {
+	case s.Kafka != nil:
+		return len(s.Kafka.Columns) == 0 && (s.Kafka.Format == "" || s.Kafka.Format == FormatJSON)
+	case s.Files != nil:
+		return len(s.Files.Columns) == 0 && f.Incremental == nil && effectiveFormat(s.Files.Format, s.Files.Path) == FormatJSONL
+	}
+	return false
 }
 
 // TypedByMessages reports whether the flow's columns come from its JSON

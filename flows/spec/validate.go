@@ -805,11 +805,12 @@ func (c *checker) schemaContract(i int, f *Flow) {
 		return
 	}
 	path := indexPath("flows", i) + ".schema_contract"
-	if f.Source.Kafka == nil || (f.Source.Kafka.Format != "" && f.Source.Kafka.Format != FormatJSON) {
-		c.add(path, "a schema contract governs the fields of JSON messages: it applies to kafka sources of format json")
+	inferred := f.TypedByMessages(c.p)
+	kafkaJSON := f.Source.Kafka != nil && (f.Source.Kafka.Format == "" || f.Source.Kafka.Format == FormatJSON)
+	if !kafkaJSON && !inferred {
+		c.add(path, "a schema contract governs the fields of JSON: it applies to kafka sources of format json, and to JSONL files read into a table typed by its lines")
 		return
 	}
-	inferred := f.TypedByMessages(c.p)
 	for _, k := range []struct{ key, val string }{{"columns", sc.Columns}, {"data_type", sc.DataType}} {
 		switch k.val {
 		case "", ContractFreeze, ContractDiscardRow, ContractDiscardValue:

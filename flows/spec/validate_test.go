@@ -424,15 +424,28 @@ destination:
     kind: append
     source: {files: {}} #! flows[3].source.files.path: required
 `},
-		{"jsonl source needs columns", header + tableT + `flows:
+		{"jsonl sources", header + tableT + `  - name: u
+flows:
   - name: f
     target: t
     kind: append
-    source: {files: {path: "a/*.jsonl"}} #! flows[0].source.files.columns: declare the columns
+    source: {files: {path: "a/*.jsonl"}} # an append flow of JSONL lines infers its columns
+    schema_contract: {columns: freeze}
   - name: g
     target: t
     kind: append
     source: {kafka: {topic: x}} # an append flow of JSON messages infers its columns
+  - name: h
+    target: t
+    kind: append
+    source: {files: {path: "b/*.jsonl"}} #! flows[2].source.files.columns: declare the columns
+    incremental: {cursor: at, type: int64}
+  - name: i
+    target: u
+    kind: auto_cdc
+    source: {files: {path: "c/*.jsonl"}} #! flows[3].source.files.columns: declare the columns
+    keys: [id]
+    sequence_by: at
 `},
 		{"schema contracts", header + tableT + `  - name: d
     columns:
