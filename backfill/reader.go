@@ -107,7 +107,7 @@ type Chunk struct {
 	// batch.Record of the file's name, batch.LinePartition and its line
 	// number.
 	Records []batch.Record
-	File  string // the File's Name
+	File    string // the File's Name
 	// RowGroup is the Parquet row group of the chunk's first row (chunks may
 	// span row groups); -1 for JSONL.
 	RowGroup int64
