@@ -266,3 +266,53 @@ func TestReadFileEach(t *testing.T) {
 		t.Fatalf("ReadFile: %v after %d chunks, want fn's error after the first", err, chunks)
 	}
 }
+
+// TestJSONLLines checks ReadOptions.Lines: the lines come undecoded, each
+// a record of its file and line number, blank lines left out and a line
+// too long a dead letter; a resumed read starts at its line.
+func TestJSONLLines(t *testing.T) {
+	long := `{"id": 4, "name": "` + strings.Repeat("x", 2_000) + `"}`
+	content := strings.Join([]string{`{"id": 1}`, ``, `not json`, long, "{\"id\": 5}\r", `{"id": 6}`}, "\n") + "\n"
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, content)
+	f := fileOf(t, path)
+	read := func(opts ReadOptions) (recs []string, dls []string, next []int64) {
+		t.Helper()
+		opts.Lines, opts.MaxLineBytes = true, 1_000
+		chunks, err := readAll(t, f, FormatJSONL, batch.Schema{}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chunks {
+			if c.Batch != nil {
+				t.Fatalf("chunk has a batch of %d rows", c.Batch.Len())
+			}
+			for _, r := range c.Records {
+				if r.Topic != f.Name || r.Partition != batch.LinePartition {
+					t.Fatalf("record %+v is not of the file's lines", r)
+				}
+				recs = append(recs, r.Position()+" "+string(r.Value))
+			}
+			for _, d := range c.DeadLetters {
+				dls = append(dls, d.Position+" "+d.Error)
+			}
+			next = append(next, c.Next)
+		}
+		return recs, dls, next
+	}
+	recs, dls, next := read(ReadOptions{MaxRows: 3})
+	want := []string{`1 {"id": 1}`, `3 not json`, `5 {"id": 5}`, `6 {"id": 6}`}
+	if diff := cmp.Diff(want, recs); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"4 the line is longer than 1000 bytes"}, dls); diff != "" {
+		t.Errorf("dead letters (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int64{3, 6}, next); diff != "" {
+		t.Errorf("resume points (-want +got):\n%s", diff)
+	}
+	recs, _, _ = read(ReadOptions{Start: 3})
+	if diff := cmp.Diff(want[2:], recs); diff != "" {
+		t.Errorf("records from line 4 (-want +got):\n%s", diff)
+	}
+}
