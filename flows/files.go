@@ -182,8 +182,12 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler) (d
 			return false, err
 		}
 	}
-	if err := r.checkDataColumns(f, todo, rs.wanted); err != nil {
+	if changed, err := r.evolveFromFiles(ctx, f, todo, rs.wanted); err != nil {
 		return false, err
+	} else if changed {
+		if rs, err = r.filesSchema(f, files, true); err != nil {
+			return false, err
+		}
 	}
 	if f.ReplayValidTo != "" && len(todo) > 0 {
 		// Every planned file, read or not: a successor may be in any.

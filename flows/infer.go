@@ -273,30 +273,56 @@ func (r *runner) ensureFromData(ctx context.Context, f *spec.Flow) error {
 		return nil // no file yet
 	}
 	r.log.Info("table typed by its first files", "table", f.Target, "flow", f.Name)
-	return r.retry(ctx, "ensure table "+f.Target, func(ctx context.Context) error {
+	err := r.retry(ctx, "ensure table "+f.Target, func(ctx context.Context) error {
 		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
 	})
+	if err == nil {
+		r.schemaChanged()
+	}
+	return err
 }
 
-// checkDataColumns refuses, in a data-told flow, files that arrived since
-// the start with a column its table was not typed with: read with the
-// table's columns, their values of it would be lost. A restart types the
-// table again and adds the column (docs/schema.md).
-func (r *runner) checkDataColumns(f *spec.Flow, todo []backfill.File, wanted batch.Schema) error {
+// evolveFromFiles adds to the table of a data-told Parquet files flow the
+// columns of the files to read that it was not typed with (files that
+// arrived since): the table is typed again from its files as they are now
+// and gains them before any of those files is read, so that no value of
+// them is lost. A CDC target refuses such files instead: a restart types
+// it again (docs/schema.md). It reports whether the table changed.
+func (r *runner) evolveFromFiles(ctx context.Context, f *spec.Flow, todo []backfill.File, wanted batch.Schema) (bool, error) {
 	if !f.DataTold(r.p) || f.InfersJSON() || len(todo) == 0 {
-		return nil
+		return false, nil
 	}
 	s, _, err := unionFileSchemas(todo, r.dataNames())
 	if err != nil {
-		return err
+		return false, err
 	}
+	var added []string
 	for _, c := range s.Columns {
 		if wanted.Index(c.Name) < 0 {
-			return fmt.Errorf("a file arrived since the start with column %s (%s), which table %s was not typed with: restart sluice to add it; nothing of the file was read",
-				c.Name, c.Type, f.Target)
+			if f.Kind != spec.KindAppend {
+				return false, fmt.Errorf("a file arrived since the start with column %s (%s), which table %s was not typed with: restart sluice to add it; nothing of the file was read",
+					c.Name, c.Type, f.Target)
+			}
+			added = append(added, c.Name+" "+c.Type.String())
 		}
 	}
-	return nil
+	if len(added) == 0 {
+		return false, nil
+	}
+	r.dataMu.Lock()
+	defer r.dataMu.Unlock()
+	if err := r.p.ResolveFromData(r.dataSchema, f.Target); err != nil {
+		return false, err
+	}
+	err = r.retry(ctx, "add columns to "+f.Target, func(ctx context.Context) error {
+		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
+	})
+	if err != nil {
+		return false, err
+	}
+	r.schemaChanged()
+	r.log.Info("columns added from the files", "table", f.Target, "flow", f.Name, "columns", added)
+	return true, nil
 }
 
 // typeHiveColumns adds to a table typed by the lines of its JSONL files

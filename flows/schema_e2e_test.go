@@ -1,6 +1,7 @@
 package flows_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -662,4 +664,92 @@ flows:
 			t.Fatalf("rows after the refresh %q, want %q", got, want)
 		}
 	})
+}
+
+// TestFilesEvolveInOneRun checks that a `run` process adds to a table
+// typed by its files the columns of files that arrive while it runs,
+// before it reads them: a Parquet file with a new column, JSONL lines with
+// a new field.
+func TestFilesEvolveInOneRun(t *testing.T) {
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
+  - name: raw
+  - name: lines
+flows:
+  - name: bf
+    target: raw
+    kind: append
+    source: {files: {path: "in/*.parquet"}}
+  - name: jl
+    target: lines
+    kind: append
+    source: {files: {path: "jl/*.jsonl"}}
+`)
+		writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []rawRow{{1, "a"}})
+		if err := os.MkdirAll(filepath.Join(s.dir, "jl"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeText(t, filepath.Join(s.dir, "jl", "a.jsonl"), `{"id": 1}`+"\n")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sink, err := destination.Open(ctx, s.p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sink.Close()
+		done := make(chan error, 1)
+		go func() {
+			done <- flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeRun, PollFiles: 50 * time.Millisecond,
+				HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
+		}()
+		waitRows := func(table string, want []string) {
+			t.Helper()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var got []string
+				if b, err := sink.Scan(ctx, table); err == nil {
+					got = rowStrings(b.Select(slices.DeleteFunc(b.Schema.Names(), func(n string) bool { return n == batch.LoadIDColumn })...))
+				}
+				if slices.Equal(got, want) {
+					return
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("run ended: %v; %s holds %q, want %q", err, table, got, want)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %q, want %q", table, got, want)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		waitRows("raw", []string{"1,a"})
+		waitRows("lines", []string{"1"})
+		score := int64(9)
+		// Written aside and renamed: a poll never sees a part of a file.
+		writeParquet(t, filepath.Join(s.dir, "b.parquet"), []wideRow{{ID: 2, Name: "b", Score: &score}})
+		if err := os.Rename(filepath.Join(s.dir, "b.parquet"), filepath.Join(s.dir, "in", "b.parquet")); err != nil {
+			t.Fatal(err)
+		}
+		writeText(t, filepath.Join(s.dir, "jl", "b.jsonl"), `{"id": 2, "note": "x"}`+"\n")
+		waitRows("raw", []string{"1,a,∞,∞", "2,b,9,∞"})
+		waitRows("lines", []string{"1,∞", "2,x"})
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	})
+}
+
+// writeText writes a file whole, atomically: a poll never sees a part.
+func writeText(t *testing.T, path, text string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }
