@@ -54,6 +54,15 @@ func openJSONL(f File, schema batch.Schema, consts []*Value, opts ReadOptions) (
 	if err != nil {
 		return nil, fmt.Errorf("backfill: %w", err)
 	}
+	paths := decode.Paths{}
+	for name, path := range opts.Paths {
+		if ds.Index(name) >= 0 {
+			paths[name] = path
+		}
+	}
+	if err := dec.SetPaths(paths); err != nil {
+		return nil, fmt.Errorf("backfill: %w", err)
+	}
 	osf, err := os.Open(f.Path)
 	if err != nil {
 		return nil, &FileError{File: f.Name, Err: err}

@@ -316,3 +316,20 @@ func TestJSONLLines(t *testing.T) {
 		t.Errorf("records from line 4 (-want +got):\n%s", diff)
 	}
 }
+
+// TestJSONLPaths checks that a JSONL column takes its nested field.
+func TestJSONLPaths(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, `{"id": 1, "customer": {"zip": "1000"}}`+"\n"+`{"id": 2, "customer": {"zip": 2}}`+"\n")
+	s := cols(col("id", batch.Int64, false), col("zip", batch.String, true))
+	chunks, err := readAll(t, fileOf(t, path), FormatJSONL, s, ReadOptions{Paths: map[string]string{"zip": "customer.zip"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"1|1000"}, rowsText(chunks)); diff != "" {
+		t.Errorf("rows (-want +got):\n%s", diff)
+	}
+	if dls := chunks[0].DeadLetters; len(dls) != 1 || !strings.Contains(dls[0].Error, `field "customer.zip": 2 is not a string`) {
+		t.Errorf("dead letters %v, want line 2's zip named by its path", dls)
+	}
+}

@@ -62,6 +62,8 @@ type ReadOptions struct {
 	// Units names the unit of JSONL timestamp columns that hold integers
 	// (decode.Units); Parquet files type their own.
 	Units decode.Units
+	// Paths names the nested fields JSONL columns take (decode.Paths).
+	Paths decode.Paths
 	// Lines makes a JSONL read return its lines undecoded, in
 	// Chunk.Records, for a caller that decodes them itself (a table typed
 	// by its lines); the schema and Hive are then not used.

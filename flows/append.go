@@ -67,6 +67,9 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := proto.SetPaths(f.SourcePaths(r.p)); err != nil {
+			return nil, err
+		}
 		proto.Govern(h.contract())
 		h.pool.New = func() any { return proto.Clone() }
 	}
@@ -242,6 +245,7 @@ func (h *appendHandler) decoder() (*decode.JSON, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.SetMaxNesting(h.flow.Nesting())
 	d.Reserve(h.hive, func(name string) string {
 		return "is also a Hive segment of the file's path, which fills column " + name + ": rename the field or the segment"
 	})

@@ -191,6 +191,9 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := proto.SetPaths(f.SourcePaths(r.p)); err != nil {
+		return nil, err
+	}
 	h.pool.New = func() any { return proto.Clone() }
 	return h, nil
 }

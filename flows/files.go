@@ -370,6 +370,7 @@ type readSchema struct {
 	hive   batch.Schema        // the Hive columns of the files, typed
 	inRead batch.Schema        // those of them read
 	units  decode.Units        // of its JSONL timestamp columns
+	paths  decode.Paths        // of its JSONL columns that take nested fields
 	names  func(string) string // a data-told flow's column names from its files' (nil: as they are)
 	// lines is set for JSONL files of a table typed by its lines: they are
 	// read undecoded, and decoded as messages are (appendHandler).
@@ -381,7 +382,7 @@ type readSchema struct {
 // the first Parquet file's. reading says whether any file is to be read.
 func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) (readSchema, error) {
 	src := f.Source.Files
-	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p), names: r.namesOf(f)}
+	rs := readSchema{format: src.Format, units: f.SourceUnits(r.p), paths: f.SourcePaths(r.p), names: r.namesOf(f)}
 	if rs.format == "" {
 		rs.format = backfill.FormatOf(src.Path)
 	}
@@ -421,7 +422,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 
 // open opens a file to read from row start.
 func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
-	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Names: rs.names, Lines: rs.lines})
+	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Paths: rs.paths, Names: rs.names, Lines: rs.lines})
 }
 
 // showProgress shows a flow's file progress (Options.Progress) until stop.

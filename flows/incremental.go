@@ -271,7 +271,7 @@ func (ir *incrementalRun) scanCursor(ctx context.Context, fl backfill.File, fold
 		}
 		return nil
 	}
-	opts := backfill.ReadOptions{MaxRows: ir.f.Batch.Rows, MaxBytes: ir.f.Batch.Bytes, Hive: hive, Units: ir.f.SourceUnits(ir.r.p), Names: ir.r.namesOf(ir.f)}
+	opts := backfill.ReadOptions{MaxRows: ir.f.Batch.Rows, MaxBytes: ir.f.Batch.Bytes, Hive: hive, Units: ir.f.SourceUnits(ir.r.p), Paths: ir.f.SourcePaths(ir.r.p), Names: ir.r.namesOf(ir.f)}
 	return backfill.ReadFile(ctx, fl, ir.rs.format, schema, opts, func(ch *backfill.Chunk) error {
 		seen, err := ir.inc.Filter(ir.w, ch, true)
 		if err != nil {

@@ -57,7 +57,7 @@ func (r *runner) newReplayHandler(ctx context.Context, f *spec.Flow, h batchHand
 		}
 	}
 	for _, fl := range files {
-		opts := backfill.ReadOptions{MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hive, Units: f.SourceUnits(r.p), Names: r.namesOf(f)}
+		opts := backfill.ReadOptions{MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: hive, Units: f.SourceUnits(r.p), Paths: f.SourcePaths(r.p), Names: r.namesOf(f)}
 		err := backfill.ReadFile(ctx, fl, rs.format, only, opts, func(c *backfill.Chunk) error {
 			seq := c.Batch.Vectors[len(cols)-1]
 			for i := range c.Batch.Len() {

@@ -100,7 +100,7 @@ func (a *snapshotApply) spillSnapshot(ctx context.Context, format string) error 
 }
 
 func (a *snapshotApply) spillFile(ctx context.Context, fl backfill.File, format string, ord *int64) error {
-	return backfill.ReadFile(ctx, fl, format, a.src, backfill.ReadOptions{Units: a.flow.SourceUnits(a.r.p), Names: a.r.namesOf(a.flow)}, func(ch *backfill.Chunk) error {
+	return backfill.ReadFile(ctx, fl, format, a.src, backfill.ReadOptions{Units: a.flow.SourceUnits(a.r.p), Paths: a.flow.SourcePaths(a.r.p), Names: a.r.namesOf(a.flow)}, func(ch *backfill.Chunk) error {
 		if len(ch.DeadLetters) > 0 {
 			d := ch.DeadLetters[0]
 			return fmt.Errorf("file %s row %s: %s: a snapshot applies whole or not at all", d.Source, d.Position, d.Error)

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -158,7 +159,9 @@ func NewInferring(s batch.Schema, names func(string) string) (*JSON, error) {
 	}
 	d.plan.infer = true
 	d.plan.names = names
+	d.plan.maxNesting = DefaultMaxNesting
 	d.keys = make([]string, len(s.Columns))
+	d.text = make([]bool, len(s.Columns))
 	d.plan.contract = Contract{Columns: Evolve, DataType: Evolve}
 	d.plan.variant = make([]bool, len(s.Columns))
 	for i, c := range s.Columns {
@@ -244,7 +247,9 @@ func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
 	vt := val.Type()
 	switch vt {
 	case fastjson.TypeObject, fastjson.TypeArray:
-		return &Error{Reason: batch.ReasonTypeMismatch, Field: name, Msg: describe(val) + " is nested, which an inferred table does not hold yet: declare the flow's columns to leave it out"}
+		// Deeper than max_nesting: the column holds the value's JSON text.
+		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: batch.String, Nullable: true})
+		return nil
 	}
 	if i, ok := d.foundAt[name]; ok && absorbs(d.found[i].Type, vt) {
 		return nil
@@ -316,6 +321,7 @@ func (d *JSON) Renamed() [][2]string {
 func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 	var err *Error
 	clear(d.keys)
+	clear(d.text)
 	pos := 0
 	obj.Visit(func(key []byte, val *fastjson.Value) {
 		if err != nil {
@@ -327,6 +333,11 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 		}
 		h := &d.hints[pos]
 		pos++
+		if vt := val.Type(); vt == fastjson.TypeObject || vt == fastjson.TypeArray {
+			n := d.columnName(key)
+			err = d.nested(n.name, n.key, val, 1)
+			return
+		}
 		if h.key == "" || h.key != string(key) {
 			n := d.columnName(key)
 			i, ok := d.index[n.name]
@@ -367,4 +378,100 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 func collision(a, b, col string) *Error {
 	return &Error{Reason: batch.ReasonTypeMismatch, Field: col, Msg: "fields " + strconv.Quote(a) + " and " + strconv.Quote(b) +
 		" both become column " + col + " under naming: snake_case: rename one, or set naming: direct"}
+}
+
+// DefaultMaxNesting is how many levels of nested objects an inferring
+// decoder flattens into columns unless told otherwise (SetMaxNesting).
+const DefaultMaxNesting = 4
+
+// SetMaxNesting sets how many levels of nested objects become columns
+// <parent>__<child>: a value deeper than that (an object or a list) is
+// stored as its JSON text in the column of its path. Call it before
+// Clone.
+func (d *JSON) SetMaxNesting(n int) { d.plan.maxNesting = n }
+
+// nested collects the fields of a nested object or list, the value of
+// the field path (column name name), depth levels down from the record.
+func (d *JSON) nested(name, path string, val *fastjson.Value, depth int) *Error {
+	if depth > d.maxNesting {
+		return d.leaf(name, path, val, true)
+	}
+	if val.Type() == fastjson.TypeArray {
+		return &Error{Reason: batch.ReasonTypeMismatch, Field: path, Msg: "a JSON array is a list, which an inferred table does not hold yet: set the flow's max_nesting to " +
+			strconv.Itoa(depth-1) + " to keep it as JSON text, or declare the flow's columns to leave it out"}
+	}
+	var err *Error
+	obj, _ := val.Object()
+	obj.Visit(func(key []byte, v *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		n := d.childName(name, path, key)
+		if vt := v.Type(); vt == fastjson.TypeObject || vt == fastjson.TypeArray {
+			err = d.nested(n.name, n.key, v, depth+1)
+			return
+		}
+		err = d.leaf(n.name, n.key, v, false)
+	})
+	return err
+}
+
+// leaf collects the value of a nested field (path) for column name; text
+// says the value is to be stored as its JSON text.
+func (d *JSON) leaf(name, path string, val *fastjson.Value, text bool) *Error {
+	i, ok := d.index[name]
+	if !ok {
+		if val.Type() == fastjson.TypeNull {
+			return nil
+		}
+		if why, ok := d.reserved[name]; ok {
+			return &Error{Reason: batch.ReasonTypeMismatch, Field: path, Msg: why}
+		}
+		return d.stray(name, val)
+	}
+	if d.vals[i] != nil && d.keys[i] != path {
+		return collision(d.keys[i], path, name)
+	}
+	d.vals[i], d.keys[i], d.text[i] = val, path, text
+	return nil
+}
+
+// childName maps the field key of a nested object, at path with column
+// name parent, to its path and column name <parent>__<key>, cached.
+func (d *JSON) childName(parent, path string, key []byte) normalized {
+	m := d.children[path]
+	if n, ok := m[string(key)]; ok {
+		return n
+	}
+	if m == nil {
+		if d.children == nil {
+			d.children = map[string]map[string]normalized{}
+		}
+		m = map[string]normalized{}
+		d.children[path] = m
+	}
+	k := string(key)
+	n := normalized{key: path + "." + k, name: parent + "__" + k}
+	if d.names != nil {
+		n.name = parent + "__" + d.names(k)
+	}
+	m[k] = n
+	if n.name != strings.ReplaceAll(n.key, ".", "__") {
+		d.renamed = append(d.renamed, [2]string{n.key, n.name})
+	}
+	return n
+}
+
+// textField stores a value deeper than max_nesting as its JSON text in
+// a string column.
+func (d *JSON) textField(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
+	if c.typ.Kind != batch.KindString {
+		return d.mismatch(c, val, "is nested deeper than max_nesting, which a "+c.typ.String()+" column does not hold")
+	}
+	d.num = val.MarshalTo(d.num[:0])
+	if !utf8.Valid(d.num) {
+		return invalidUTF8(c.name, d.num)
+	}
+	vec.AppendString(d.arena.string(d.num))
+	return nil
 }

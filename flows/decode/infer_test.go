@@ -70,7 +70,7 @@ func TestInferringWidensAtTheSamePosition(t *testing.T) {
 		`{"id": 1, "at": "2024-05-01T10:00:00Z", "s": "a", "f": 1.5}`,
 		`{"id": 2, "at": "2024-05-01T10:00:01Z", "s": "b", "f": 2}`,
 		`{"id": 2.5, "at": "soon", "s": "c", "f": 3}`,
-		`{"id": 4, "at": "2024-05-01T10:00:02Z", "s": {"x": 1}, "f": 4}`,
+		`{"id": 4, "at": "2024-05-01T10:00:02Z", "s": [1], "f": 4}`,
 		`{"id": 5, "at": "2024-05-01T10:00:03Z", "s": "e", "f": 5}`,
 	}
 	_, dls, found := inferAll(t, batch.Schema{}, msgs...)
@@ -83,8 +83,8 @@ func TestInferringWidensAtTheSamePosition(t *testing.T) {
 	if got := (batch.Schema{Columns: found}); !got.Equal(batch.Schema{Columns: want}) {
 		t.Fatalf("found %v, want %v", found, want)
 	}
-	if len(dls) != 1 || dls[0].Position != "0/3" || !strings.Contains(dls[0].Error, "nested") {
-		t.Fatalf("dead letters %v, want the nested value of offset 3", dls)
+	if len(dls) != 1 || dls[0].Position != "0/3" || !strings.Contains(dls[0].Error, "is a list") {
+		t.Fatalf("dead letters %v, want the list of offset 3", dls)
 	}
 }
 
@@ -96,7 +96,7 @@ func TestInferringRefusesWhatItCannotHold(t *testing.T) {
 	}}
 	tests := []struct{ msg, reason, text string }{
 		{`{"user_name": "a", "userName": "b"}`, batch.ReasonTypeMismatch, "both become column user_name"},
-		{`{"items": [1, 2]}`, batch.ReasonTypeMismatch, "nested"},
+		{`{"items": [1, 2]}`, batch.ReasonTypeMismatch, "is a list"},
 		{"{\"note\": \"caf\xe9\"}", batch.ReasonInvalidUTF8, "not valid UTF-8"},
 	}
 	for _, tc := range tests {
@@ -195,5 +195,82 @@ func TestDeclaredContracts(t *testing.T) {
 		if tc.dead == 1 && tc.contract.DataType == Freeze && tc.contract.Columns != Freeze && dls[0].Reason != batch.ReasonTypeMismatch {
 			t.Errorf("%s: reason %s, a declared column's misfit is a type_mismatch", tc.msg, dls[0].Reason)
 		}
+	}
+}
+
+// TestInferringFlattens checks that nested objects become columns
+// <parent>__<child> (names normalized), that a value deeper than
+// max_nesting is its JSON text, and that a bad nested value names its
+// path.
+func TestInferringFlattens(t *testing.T) {
+	decodeWith := func(s batch.Schema, maxNesting int, msgs ...string) (*batch.Batch, []batch.DeadLetter, []batch.Column) {
+		t.Helper()
+		d, err := NewInferring(s, naming.SnakeCase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.SetMaxNesting(maxNesting)
+		recs := make([]batch.Record, len(msgs))
+		for i, m := range msgs {
+			recs[i] = batch.Record{Offset: int64(i), Value: []byte(m)}
+		}
+		out := batch.New(s, len(recs))
+		dls := d.DecodeAll(recs, out, nil)
+		return out, dls, d.Found()
+	}
+	msgs := []string{
+		`{"id": 1, "customer": {"firstName": "ann", "address": {"zip": "1000", "geo": {"lat": 1.5}}}}`,
+		`{"id": 2, "customer": {"firstName": "bob", "address": {"zip": "2000", "geo": {"lat": 2, "tags": [1]}}}}`,
+	}
+	_, dls, found := decodeWith(batch.Schema{}, 2, msgs...)
+	if len(dls) != 0 {
+		t.Fatalf("dead letters %v", dls)
+	}
+	s := batch.Schema{Columns: found}
+	want := []string{"id", "customer__first_name", "customer__address__zip", "customer__address__geo"}
+	if !slices.Equal(s.Names(), want) {
+		t.Fatalf("found %v, want %v", s.Names(), want)
+	}
+	if c := s.Columns[3]; c.Type != batch.String {
+		t.Fatalf("the level past max_nesting is %v, want its JSON text in a string", c)
+	}
+	out, dls, found := decodeWith(s, 2, msgs...)
+	if len(dls) != 0 || len(found) != 0 {
+		t.Fatalf("second pass: dead letters %v, found %v", dls, found)
+	}
+	if got := out.Vectors[3].Value(1); got != `{"lat": 2, "tags": [1]}` && got != `{"lat":2,"tags":[1]}` {
+		t.Fatalf("JSON text %q", got)
+	}
+	if got := out.Vectors[1].Value(0); got != "ann" {
+		t.Fatalf("customer__first_name %v", got)
+	}
+
+	// A bad value inside is its record's dead letter, named by its path;
+	// the other records land.
+	bad := []string{
+		`{"id": 3, "customer": {"address": {"zip": 3000}}}`,
+		"{\"id\": 4, \"customer\": {\"address\": {\"geo\": {\"name\": \"caf\xe9\"}}}}",
+		`{"id": 5, "customer": {"firstName": "y", "first_name": "z"}}`,
+		`{"id": 6, "customer": {"firstName": "cy"}}`,
+	}
+	out, dls, _ = decodeWith(s, 2, bad...)
+	if out.Len() != 2 || len(dls) != 2 {
+		t.Fatalf("%d rows, dead letters %v", out.Len(), dls)
+	}
+	if !strings.Contains(dls[0].Error, `field "customer.address.geo": `) || dls[0].Reason != batch.ReasonInvalidUTF8 {
+		t.Errorf("dead letter %+v, want the invalid UTF-8 of customer.address.geo", dls[0])
+	}
+	if !strings.Contains(dls[1].Error, `fields "customer.firstName" and "customer.first_name" both become column customer__first_name`) {
+		t.Errorf("dead letter %+v, want the collision", dls[1])
+	}
+	// zip 3000 does not fit the string column: its variant column.
+	if _, _, found := decodeWith(s, 2, bad[0]); len(found) != 1 || found[0].Name != "customer__address__zip__v_int64" {
+		t.Errorf("found %v, want the variant column of customer__address__zip", found)
+	}
+
+	// max_nesting 0 keeps every nested value whole.
+	_, _, found = decodeWith(batch.Schema{}, 0, msgs...)
+	if got := (batch.Schema{Columns: found}).Names(); !slices.Equal(got, []string{"id", "customer"}) {
+		t.Fatalf("max_nesting 0: found %v", got)
 	}
 }

@@ -3,6 +3,7 @@ package decode
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -112,6 +113,15 @@ type plan struct {
 	contract Contract          // Govern; the zero value when not governed
 	variant  []bool            // per column, whether it is a variant column (infer only)
 	reserved map[string]string // Reserve: column name -> why no field may fill it
+	// maxNesting is how many levels of nested objects an inferring decoder
+	// flattens (SetMaxNesting).
+	maxNesting int
+	// SetPaths: per column, the dotted path of the nested field it takes
+	// ("" for a field of the record), its segments, and the first segment
+	// of every path (fields of the record that are no column, but hold one).
+	paths     []string
+	segments  [][]string
+	pathRoots map[string]bool
 }
 
 // JSON decodes one-object-per-message JSON into a batch of a fixed schema.
@@ -153,11 +163,13 @@ type JSON struct {
 	arena  arena
 
 	// Inferring decoders only (infer.go).
-	keys    []string // per column, the field name that gave its value
-	norm    map[string]normalized
-	found   []batch.Column
-	foundAt map[string]int
-	renamed [][2]string
+	keys     []string // per column, the field's path that gave its value
+	text     []bool   // per column, whether its value is stored as JSON text
+	norm     map[string]normalized
+	children map[string]map[string]normalized // nested field path -> key -> its path and column name
+	found    []batch.Column
+	foundAt  map[string]int
+	renamed  [][2]string
 
 	// Governed decoders (Govern).
 	strayKey  string // a field of the record that is no column (declared decoders)
@@ -235,12 +247,48 @@ func NewJSON(s batch.Schema, units ...Units) (*JSON, error) {
 	return &JSON{plan: p, vals: make([]*fastjson.Value, len(p.cols))}, nil
 }
 
+// Paths names, per column, the nested field it takes its value from, as
+// a dotted path (customer.address.zip); a number segment indexes a list.
+type Paths map[string]string
+
+// SetPaths has columns take their values from nested fields (paths); an
+// unknown column, a metadata column or an empty segment is an error. Call
+// it before Clone.
+func (d *JSON) SetPaths(paths Paths) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	d.plan.paths = make([]string, len(d.cols))
+	d.plan.segments = make([][]string, len(d.cols))
+	d.plan.pathRoots = map[string]bool{}
+	for name, path := range paths {
+		i := d.schema.Index(name)
+		switch {
+		case i < 0:
+			return fmt.Errorf("decode: path %q of unknown column %q", path, name)
+		case d.cols[i].origin != fromJSON:
+			return fmt.Errorf("decode: column %s is filled from the record, not from path %q", name, path)
+		}
+		segs := strings.Split(path, ".")
+		if slices.Contains(segs, "") {
+			return fmt.Errorf("decode: column %s: path %q has an empty segment", name, path)
+		}
+		if d.index[name] == i {
+			delete(d.index, name)
+		}
+		d.plan.paths[i], d.plan.segments[i] = path, segs
+		d.plan.pathRoots[segs[0]] = true
+	}
+	return nil
+}
+
 // Clone returns a decoder of the same schema with its own buffers, for use
 // on another goroutine.
 func (d *JSON) Clone() *JSON {
 	c := &JSON{plan: d.plan, vals: make([]*fastjson.Value, len(d.cols))}
 	if d.infer {
 		c.keys = make([]string, len(d.cols))
+		c.text = make([]bool, len(d.cols))
 	}
 	return c
 }
@@ -314,6 +362,11 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 		}
 	} else {
 		d.visit(obj)
+		for i, segs := range d.segments {
+			if segs != nil {
+				d.vals[i] = v.Get(segs...)
+			}
+		}
 		if d.strayKey != "" {
 			key, val := d.strayKey, d.strayVal
 			d.strayKey, d.strayVal = "", nil
@@ -340,7 +393,11 @@ func (d *JSON) columns(rec *batch.Record, out *batch.Batch, mayMove bool) (retry
 	for i := range d.cols {
 		var e *Error
 		if c := &d.cols[i]; c.origin == fromJSON {
-			e = d.field(c, d.vals[i], out.Vectors[i])
+			if d.text != nil && d.text[i] {
+				e = d.textField(c, d.vals[i], out.Vectors[i])
+			} else {
+				e = d.field(c, d.vals[i], out.Vectors[i])
+			}
 			if e != nil && e.Reason == batch.ReasonTypeMismatch && (d.infer || d.contract.DataType == DiscardRow || d.contract.DataType == DiscardValue) {
 				var moved bool
 				if moved, e = d.misfit(i, d.vals[i], out.Vectors[i], e); moved {
@@ -354,6 +411,13 @@ func (d *JSON) columns(rec *batch.Record, out *batch.Batch, mayMove bool) (retry
 			e = d.meta(c, rec, out.Vectors[i])
 		}
 		if e != nil {
+			switch {
+			case e.Field != d.cols[i].name:
+			case d.paths != nil && d.paths[i] != "":
+				e.Field = d.paths[i] // a nested field: named by its path
+			case d.keys != nil && strings.Contains(d.keys[i], "."):
+				e.Field = d.keys[i]
+			}
 			return false, e
 		}
 	}
@@ -374,7 +438,7 @@ func (d *JSON) visit(obj *fastjson.Object) {
 			if !ok {
 				h.key, h.col = "", -1
 				if d.contract.Columns != "" && d.contract.Columns != DiscardValue && d.strayKey == "" &&
-					val.Type() != fastjson.TypeNull && !isMetadata(string(key)) {
+					val.Type() != fastjson.TypeNull && !isMetadata(string(key)) && !d.pathRoots[string(key)] {
 					d.strayKey, d.strayVal = string(key), val
 				}
 				return

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -593,4 +594,70 @@ func TestDecodeTimestampUnits(t *testing.T) {
 	if _, err := NewJSON(batch.Schema{Columns: []batch.Column{{Name: "f", Type: batch.Int64}}}, Units{"f": "s"}); err == nil {
 		t.Error("a unit on an int64 column: no error")
 	}
+}
+
+// TestPaths checks declared columns that take nested fields: values are
+// checked as any other, a missing one is NULL or a missing_field named by
+// its path, and under columns: freeze the field holding a path is no
+// stray field.
+func TestPaths(t *testing.T) {
+	s := batch.Schema{Columns: []batch.Column{
+		{Name: "id", Type: batch.Int64},
+		{Name: "zip", Type: batch.String},
+		{Name: "first", Type: batch.Int64, Nullable: true},
+	}}
+	d, err := NewJSON(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetPaths(Paths{"zip": "customer.address.zip", "first": "items.0.qty"}); err != nil {
+		t.Fatal(err)
+	}
+	d.Govern(Contract{Columns: Freeze})
+	msgs := []string{
+		`{"id": 1, "customer": {"address": {"zip": "1000"}}, "items": [{"qty": 2}]}`,
+		`{"id": 2, "customer": {"address": {"zip": "2000"}}}`,
+		`{"id": 3, "customer": {"address": {}}}`,
+		`{"id": 4, "customer": {"address": {"zip": 4}}}`,
+		`{"id": 5, "zip": "5", "customer": {"address": {"zip": "5000"}}}`,
+	}
+	recs := make([]batch.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = batch.Record{Offset: int64(i), Value: []byte(m)}
+	}
+	out := batch.New(s, len(recs))
+	dls := d.DecodeAll(recs, out, nil)
+	if got := rowsOf(out); !slices.Equal(got, []string{"1,1000,2", "2,2000,<nil>"}) {
+		t.Fatalf("rows %q", got)
+	}
+	want := []string{
+		`missing_field field "customer.address.zip": missing, and the column is not nullable`,
+		`type_mismatch field "customer.address.zip": 4 is not a string`,
+		`schema_contract field "zip": is not a column of the table (schema_contract columns: freeze)`,
+	}
+	var got []string
+	for _, dl := range dls {
+		got = append(got, dl.Reason+" "+dl.Error)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("dead letters\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, bad := range []Paths{{"nope": "a"}, {"zip": "a..b"}} {
+		d, _ := NewJSON(s)
+		if err := d.SetPaths(bad); err == nil {
+			t.Errorf("SetPaths(%v) took it", bad)
+		}
+	}
+}
+
+func rowsOf(b *batch.Batch) []string {
+	var out []string
+	for r := range b.Len() {
+		var vals []string
+		for _, v := range b.Vectors {
+			vals = append(vals, fmt.Sprint(v.Value(r)))
+		}
+		out = append(out, strings.Join(vals, ","))
+	}
+	return out
 }

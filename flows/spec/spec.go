@@ -186,6 +186,7 @@ type Column struct {
 	Type     batch.Type `yaml:"type"`                   // required: string, int64, float64, bool, timestamp, date, decimal(P,S), bytes
 	Nullable bool       `yaml:"nullable"`               // default false
 	Unit     string     `yaml:"unit" json:",omitempty"` // timestamp columns: what an integer counts since the epoch: s, ms (default), us, ns
+	Path     string     `yaml:"path" json:",omitempty"` // JSON sources: the nested field it takes, a.b.c
 	Line     int        `yaml:"-"`
 }
 
@@ -242,6 +243,17 @@ type SchemaContract struct {
 	Line     int    `yaml:"-" json:"-"`
 }
 
+// DefaultMaxNesting is the max_nesting of a flow that sets none.
+const DefaultMaxNesting = 4
+
+// Nesting returns the flow's max_nesting.
+func (f *Flow) Nesting() int {
+	if f.MaxNesting != nil {
+		return *f.MaxNesting
+	}
+	return DefaultMaxNesting
+}
+
 // Contract returns the flow's schema contract with its defaults: evolve
 // for a flow whose columns its messages tell, else columns: discard_value
 // (undeclared fields are ignored) and data_type: freeze (a value that does
@@ -280,6 +292,9 @@ type Flow struct {
 	Where           string           `yaml:"where" json:",omitempty"`            // keep the records for which it is true
 	Expectations    []Expectation    `yaml:"expectations" json:",omitempty"`     // data contracts on each record
 	SchemaContract  *SchemaContract  `yaml:"schema_contract" json:",omitempty"`  // append flows of JSON messages: new fields, ill-typed values
+	// MaxNesting is how many levels of nested objects a table typed by its
+	// messages flattens into columns; nil: DefaultMaxNesting.
+	MaxNesting *int `yaml:"max_nesting" json:",omitempty"`
 
 	// Append flows.
 	Write       string       `yaml:"write"`       // append (default) or replace_partitions
@@ -555,6 +570,19 @@ func (p *Pipeline) DevDataset(now time.Time) string {
 // SourceUnits returns the units declared for the timestamp columns the
 // source decodes (its own columns, or the target's it decodes instead).
 func (f *Flow) SourceUnits(p *Pipeline) map[string]string {
+	return f.sourceColumnsBy(p, func(c Column) string { return c.Unit })
+}
+
+// SourcePaths returns the paths of the nested fields the columns the
+// source decodes take (its own columns, or the target's it decodes
+// instead).
+func (f *Flow) SourcePaths(p *Pipeline) map[string]string {
+	return f.sourceColumnsBy(p, func(c Column) string { return c.Path })
+}
+
+// sourceColumnsBy maps the columns the source decodes to what of(c)
+// gives, where that is not empty; nil when none.
+func (f *Flow) sourceColumnsBy(p *Pipeline, of func(Column) string) map[string]string {
 	cols := f.Source.Columns()
 	if len(cols) == 0 && len(f.fallback.Columns) > 0 {
 		if t := p.Table(f.Target); t != nil {
@@ -563,11 +591,11 @@ func (f *Flow) SourceUnits(p *Pipeline) map[string]string {
 	}
 	var out map[string]string
 	for _, c := range cols {
-		if c.Unit != "" {
+		if v := of(c); v != "" {
 			if out == nil {
 				out = map[string]string{}
 			}
-			out[c.Name] = c.Unit
+			out[c.Name] = v
 		}
 	}
 	return out

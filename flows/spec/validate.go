@@ -361,6 +361,9 @@ func (c *checker) columns(path string, cols []Column) {
 		if col.Type.Kind == batch.KindInvalid && !c.bad[cp+".type"] {
 			c.add(cp+".type", "required: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes")
 		}
+		if col.Path != "" && slices.Contains(strings.Split(col.Path, "."), "") {
+			c.add(cp+".path", "%q has an empty segment: name the nested field by its fields' names joined with dots, customer.address.zip", col.Path)
+		}
 		switch {
 		case col.Unit == "":
 		case col.Unit != "s" && col.Unit != "ms" && col.Unit != "us" && col.Unit != "ns":
@@ -392,6 +395,7 @@ var flowKeyKinds = []struct {
 }{
 	{"write", []string{KindAppend}},
 	{"schema_contract", []string{KindAppend}},
+	{"max_nesting", []string{KindAppend}},
 	{"incremental", []string{KindAppend, KindAutoCDC}},
 	{"keys", []string{KindAutoCDC, KindAutoCDCFromSnapshot}},
 	{"sequence_by", []string{KindAutoCDC}},
@@ -494,6 +498,20 @@ func (c *checker) flows() {
 			c.cdcFlow(i, f)
 		}
 	}
+}
+
+// decodesJSON reports whether a source's records are JSON objects decoded
+// into its columns: Kafka format json, JSONL files and snapshots.
+func decodesJSON(s *Source) bool {
+	switch {
+	case s.Kafka != nil:
+		return s.Kafka.Format == "" || s.Kafka.Format == FormatJSON
+	case s.Files != nil:
+		return effectiveFormat(s.Files.Format, s.Files.Path) == FormatJSONL
+	case s.Snapshots != nil:
+		return effectiveFormat(s.Snapshots.Format, s.Snapshots.Path) == FormatJSONL
+	}
+	return false
 }
 
 // needsColumns reports whether a source's records need declared columns to
@@ -614,6 +632,13 @@ func (c *checker) source(i int, f *Flow, kindOK bool, target *Table) {
 			c.add(indexPath(colsPath, j)+".type", "metadata field %s is bytes or string, not %s", col.Name, col.Type)
 		default:
 			c.add(indexPath(colsPath, j)+".type", "metadata field %s is %s, not %s", col.Name, natural, col.Type)
+		}
+	}
+	if !decodesJSON(s) {
+		for j, col := range cols {
+			if col.Path != "" {
+				c.add(indexPath(colsPath, j)+".path", "a path names a nested field of JSON: it applies to kafka sources of format json and to JSONL files")
+			}
 		}
 	}
 	if len(s.Columns()) == 0 && needsColumns(s) && !f.InfersJSON() && target != nil && len(target.Columns) == 0 {
@@ -796,6 +821,15 @@ func (c *checker) appendFlow(i int, f *Flow) {
 	}
 	c.incremental(i, f)
 	c.schemaContract(i, f)
+	if f.MaxNesting != nil {
+		path := indexPath("flows", i) + ".max_nesting"
+		switch {
+		case *f.MaxNesting < 0:
+			c.add(path, "must be 0 or more: how many levels of nested objects become columns")
+		case !f.TypedByMessages(c.p):
+			c.add(path, "max_nesting applies to a table typed by its JSON messages: leave out the columns of table %s and of the flow's source", f.Target)
+		}
+	}
 }
 
 // schemaContract checks an append flow's schema_contract.

@@ -472,6 +472,50 @@ flows:
     source: {kafka: {topic: x}}
     schema_contract: {data_type: sometimes} #! flows[3].schema_contract.data_type: unknown value "sometimes"
 `},
+		{"paths", header + tableT + `flows:
+  - name: f
+    target: t
+    kind: append
+    source:
+      kafka:
+        topic: x
+        columns:
+          - {name: zip, type: string, path: customer.address.zip}
+          - {name: bad, type: string, path: "a..b"} #! flows[0].source.kafka.columns[1].path: "a..b" has an empty segment
+  - name: g
+    target: t
+    kind: append
+    source:
+      files:
+        path: "a/*.parquet"
+        columns:
+          - {name: zip, type: string, path: customer.zip} #! flows[1].source.files.columns[0].path: a path names a nested field of JSON
+`},
+		{"max nesting", header + tableT + `  - name: d
+    columns:
+      - {name: id, type: int64}
+flows:
+  - name: f
+    target: t
+    kind: append
+    source: {kafka: {topic: x}}
+    max_nesting: 0
+  - name: g
+    target: d
+    kind: append
+    source: {kafka: {topic: x}}
+    max_nesting: 2 #! flows[1].max_nesting: applies to a table typed by its JSON messages
+  - name: h
+    target: t
+    kind: append
+    source: {kafka: {topic: x}}
+    max_nesting: -1 #! flows[2].max_nesting: must be 0 or more
+  - name: i
+    target: t
+    kind: append
+    source: {kafka: {topic: x}}
+    max_nesting: deep #! flows[3].max_nesting: want
+`},
 		{"metadata field types", header + tableT + appendFlow + `          - {name: _kafka_offset, type: string} #! flows[0].source.kafka.columns[2].type: metadata field _kafka_offset is int64
           - {name: _kafka_key, type: int64} #! flows[0].source.kafka.columns[3].type: bytes or string
           - {name: _kafka_timestamp, type: timestamp}
