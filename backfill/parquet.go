@@ -99,23 +99,22 @@ func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions)
 	}()
 	r := &parquetReader{file: f, pf: pf, closeFile: closeFile, schema: schema, consts: consts, opts: opts,
 		cols: make([]*pqCol, len(schema.Columns)), size: pf.Size(), rg: -1}
-	byName := map[string]*parquet.Column{}
-	if opts.Names != nil {
-		for _, pc := range pf.Root().Columns() {
-			name := opts.Names(pc.Name())
-			if other, dup := byName[name]; dup {
-				return nil, &FileError{File: f.Name, Column: name, Err: fmt.Errorf("columns %q and %q of the file both become %s: rename one, or set naming: direct", other.Name(), pc.Name(), name)}
-			}
-			byName[name] = pc
+	byName := map[string]pqLeaf{}
+	for _, l := range parquetLeaves(pf.Root(), opts.Names) {
+		if other, dup := byName[l.name]; dup {
+			return nil, &FileError{File: f.Name, Column: l.name, Err: fmt.Errorf("columns %q and %q of the file both become %s: rename one, or set naming: direct", other.path, l.path, l.name)}
 		}
+		byName[l.name] = l
 	}
 	for i, c := range schema.Columns {
 		if consts[i] != nil {
 			continue
 		}
-		pc := pf.Root().Column(c.Name)
-		if opts.Names != nil {
-			pc = byName[c.Name]
+		pc := byName[c.Name].col
+		if pc == nil {
+			// A group of the column's name: its fields are columns of their
+			// own, and the group is refused below.
+			pc = pf.Root().Column(c.Name)
 		}
 		if pc == nil {
 			if !c.Nullable {

@@ -848,3 +848,56 @@ func TestParquetInvalidUTF8AcrossValues(t *testing.T) {
 		t.Fatalf("kept %q with %d invalid_utf8 dead letters, want ok and fine, and 2", kept, bad)
 	}
 }
+
+// TestParquetStructs checks that the fields of a struct (a plain group,
+// however deep) are columns named by their path, read with the nulls of
+// their optional ancestors, and that a list is refused by name.
+func TestParquetStructs(t *testing.T) {
+	type address struct {
+		Zip string `parquet:"zip"`
+	}
+	type customer struct {
+		FirstName string   `parquet:"firstName"`
+		Address   *address `parquet:"address,optional"`
+	}
+	type row struct {
+		ID       int64     `parquet:"id"`
+		Customer *customer `parquet:"customer,optional"`
+	}
+	path := filepath.Join(t.TempDir(), "s.parquet")
+	rows := []row{{1, &customer{"ann", &address{"1000"}}}, {2, &customer{"bob", nil}}, {3, nil}}
+	if err := parquet.WriteFile(path, rows); err != nil {
+		t.Fatal(err)
+	}
+	s, raw, err := ParquetColumns(path, func(n string) string { return strings.ToLower(n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cols(col("id", batch.Int64, false), col("customer__firstname", batch.String, true), col("customer__address__zip", batch.String, true))
+	if diff := cmp.Diff(want, s); diff != "" {
+		t.Fatalf("schema (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"id", "customer.firstName", "customer.address.zip"}, raw); diff != "" {
+		t.Errorf("paths (-want +got):\n%s", diff)
+	}
+	chunks, err := readAll(t, fileOf(t, path), FormatParquet, s, ReadOptions{Names: func(n string) string { return strings.ToLower(n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"1|ann|1000", "2|bob|NULL", "3|NULL|NULL"}, rowsText(chunks)); diff != "" {
+		t.Errorf("rows (-want +got):\n%s", diff)
+	}
+
+	type listed struct {
+		ID   int64    `parquet:"id"`
+		Tags []string `parquet:"tags,list"`
+	}
+	lpath := filepath.Join(t.TempDir(), "l.parquet")
+	if err := parquet.WriteFile(lpath, []listed{{1, []string{"a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var fe *FileError
+	if _, err := ParquetSchema(lpath); !errors.As(err, &fe) || fe.Column != "tags" {
+		t.Errorf("schema of a file with a list: %v, want a FileError naming tags", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/deprecated"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -189,23 +190,89 @@ func convertible(ft, wt batch.Type) bool {
 }
 
 // ParquetSchema returns the columns of a Parquet file as sluice columns, in
-// the file's order; an optional column is nullable. A column with no sluice
-// type (nested, repeated, TIME, FLOAT16, ...) is an error naming it: declare
-// the source's columns to leave it out.
+// the file's order; an optional column is nullable. The fields of a plain
+// group (a struct) are columns named by their path, <group>__<field>
+// (ParquetColumns). A column with no sluice type (a list, a map, repeated,
+// TIME, FLOAT16, ...) is an error naming it: declare the source's columns
+// to leave it out.
 func ParquetSchema(path string) (batch.Schema, error) {
+	s, _, err := ParquetColumns(path, nil)
+	return s, err
+}
+
+// ParquetColumns is ParquetSchema with each name of a column's path given
+// by names (nil: as it is) before they are joined; raw holds, per column,
+// its path in the file (a.b).
+func ParquetColumns(path string, names func(string) string) (s batch.Schema, raw []string, err error) {
 	f := File{Name: path, Path: path}
 	pf, closeFile, err := openParquetFile(f)
 	if err != nil {
-		return batch.Schema{}, err
+		return batch.Schema{}, nil, err
 	}
 	defer closeFile()
-	var s batch.Schema
-	for _, pc := range pf.Root().Columns() {
-		t := columnType(pc)
+	for _, l := range parquetLeaves(pf.Root(), names) {
+		t := columnType(l.col)
 		if t.err != "" {
-			return batch.Schema{}, &FileError{File: path, Column: pc.Name(), Err: fmt.Errorf("%s; declare the source's columns to leave it out", t.err)}
+			return batch.Schema{}, nil, &FileError{File: path, Column: l.path, Err: fmt.Errorf("%s; declare the source's columns to leave it out", t.err)}
 		}
-		s.Columns = append(s.Columns, batch.Column{Name: pc.Name(), Type: t.typ, Nullable: pc.Optional()})
+		s.Columns = append(s.Columns, batch.Column{Name: l.name, Type: t.typ, Nullable: l.col.MaxDefinitionLevel() > 0})
+		raw = append(raw, l.path)
 	}
-	return s, nil
+	return s, raw, nil
+}
+
+// pqLeaf is a column of a Parquet file as sluice reads it.
+type pqLeaf struct {
+	name string // the column's name: the names of its path joined by "__"
+	path string // its path in the file, joined by "."
+	col  *parquet.Column
+}
+
+// parquetLeaves lists the columns of a Parquet file as sluice reads them:
+// each top-level leaf, and each field of a plain group (a struct, however
+// deep) named by its path, each name through names when set. A list, a
+// map or a repeated group is one entry, which has no sluice type.
+func parquetLeaves(root *parquet.Column, names func(string) string) []pqLeaf {
+	var out []pqLeaf
+	var walk func(pc *parquet.Column, name, path string)
+	walk = func(pc *parquet.Column, name, path string) {
+		for _, c := range pc.Columns() {
+			n := c.Name()
+			if names != nil {
+				n = names(n)
+			}
+			cname, cpath := n, c.Name()
+			if name != "" {
+				cname, cpath = name+"__"+n, path+"."+c.Name()
+			}
+			if isStruct(c) {
+				walk(c, cname, cpath)
+				continue
+			}
+			out = append(out, pqLeaf{name: cname, path: cpath, col: c})
+		}
+	}
+	walk(root, "", "")
+	return out
+}
+
+// isStruct reports whether a Parquet column is a plain group: neither a
+// leaf, nor repeated, nor a list or a map.
+func isStruct(pc *parquet.Column) bool {
+	if pc.Leaf() || pc.Repeated() {
+		return false
+	}
+	if lt := pc.Type().LogicalType(); lt != nil {
+		switch lt.Value.(type) {
+		case *format.ListType, *format.MapType:
+			return false
+		}
+	}
+	if ct := pc.Type().ConvertedType(); ct != nil {
+		switch *ct {
+		case deprecated.List, deprecated.Map, deprecated.MapKeyValue:
+			return false
+		}
+	}
+	return true
 }

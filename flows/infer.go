@@ -196,22 +196,22 @@ func unionFileSchemas(files []backfill.File, names func(string) string) (out bat
 	from := map[string]string{} // column → the file that first had it
 	renamed = map[string]string{}
 	for i, fl := range files {
-		s, err := backfill.ParquetSchema(fl.Path)
+		s, paths, err := backfill.ParquetColumns(fl.Path, names)
 		if err != nil {
 			return batch.Schema{}, nil, err
 		}
-		if names != nil {
-			raw := map[string]string{}
-			for j := range s.Columns {
-				name := names(s.Columns[j].Name)
-				if other, dup := raw[name]; dup {
-					return batch.Schema{}, nil, fmt.Errorf("%s: columns %q and %q both become %s under naming: snake_case: rename one, or set naming: direct", fl.Name, other, s.Columns[j].Name, name)
+		raw := map[string]string{}
+		for j, c := range s.Columns {
+			if other, dup := raw[c.Name]; dup {
+				how := "under naming: snake_case: rename one, or set naming: direct"
+				if names == nil {
+					how = "(a nested field's column is named by its path): rename one"
 				}
-				raw[name] = s.Columns[j].Name
-				if name != s.Columns[j].Name {
-					renamed[name] = s.Columns[j].Name
-				}
-				s.Columns[j].Name = name
+				return batch.Schema{}, nil, fmt.Errorf("%s: columns %q and %q both become %s %s", fl.Name, other, paths[j], c.Name, how)
+			}
+			raw[c.Name] = paths[j]
+			if c.Name != paths[j] {
+				renamed[c.Name] = paths[j]
 			}
 		}
 		for _, c := range s.Columns {

@@ -365,7 +365,7 @@ flows:
 		bad := s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target", "flow", batch.LoadIDColumn)
 		wantBad := []string{
 			`in/day=2024-05-01/a.jsonl,5,type_mismatch,field "day": is also a Hive segment of the file's path, which fills column day: rename the field or the segment`,
-			`in/day=2024-05-01/a.jsonl,6,type_mismatch,field "tags": a JSON array is nested, which an inferred table does not hold yet: declare the flow's columns to leave it out`,
+			`in/day=2024-05-01/a.jsonl,6,type_mismatch,field "tags": a JSON array is a list, which an inferred table does not hold yet: set the flow's max_nesting to 0 to keep it as JSON text, or declare the flow's columns to leave it out`,
 			`in/day=2024-05-01/a.jsonl,7,invalid_utf8,field "user_name": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`,
 		}
 		if !slices.Equal(bad, wantBad) {

@@ -161,6 +161,29 @@ flows:
 				t.Fatalf("rows after a file spelling the names otherwise %q, want %q", got, want)
 			}
 		})
+		t.Run("structs-flattened", func(t *testing.T) {
+			type address struct {
+				Zip string `parquet:"zip"`
+			}
+			type customer struct {
+				FirstName string   `parquet:"firstName"`
+				Address   *address `parquet:"address,optional"`
+			}
+			type row struct {
+				ID       int64     `parquet:"id"`
+				Customer *customer `parquet:"customer,optional"`
+			}
+			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
+			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []row{{1, &customer{"ann", &address{"1000"}}}, {2, nil}})
+			s.update()
+			want := []string{"id int64", "customer__first_name string nullable", "customer__address__zip string nullable"}
+			if got := columnsOf(t, s, "raw"); !slices.Equal(got, want) {
+				t.Fatalf("columns %q, want %q", got, want)
+			}
+			if got, want := s.rows("raw", "_sluice_load_id"), []string{"1,ann,1000", "2,∞,∞"}; !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+		})
 		t.Run("names-that-collide", func(t *testing.T) {
 			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
 			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []clashRow{{"a", "b"}})
