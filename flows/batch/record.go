@@ -86,6 +86,25 @@ const (
 	LoadIDColumn      = "_sluice_load_id"
 )
 
+// The columns that link the rows of a child table to their parents
+// (docs/schema.md#child-tables). Unlike sluice's other metadata columns
+// they are data columns of their tables, as their schemas list them.
+const (
+	IDColumn       = "_sluice_id"        // a row's id, of a table with child tables and of every child row
+	ParentIDColumn = "_sluice_parent_id" // a child row: its parent row's _sluice_id
+	ListIdxColumn  = "_sluice_list_idx"  // a child row: its position in its parent's list, from 0
+	RootIDColumn   = "_sluice_root_id"   // a child row: the _sluice_id of the top row of its record
+)
+
+// IsLinkColumn reports whether name is one of the link columns.
+func IsLinkColumn(name string) bool {
+	switch name {
+	case IDColumn, ParentIDColumn, ListIdxColumn, RootIDColumn:
+		return true
+	}
+	return false
+}
+
 // FlowRowTables are sluice's own tables that loads write rows of their
 // flow into, with pipeline and flow columns: a reset of a flow removes its
 // rows, which its replay writes again.

@@ -162,6 +162,7 @@ func NewInferring(s batch.Schema, names func(string) string) (*JSON, error) {
 	d.plan.maxNesting = DefaultMaxNesting
 	d.keys = make([]string, len(s.Columns))
 	d.text = make([]bool, len(s.Columns))
+	d.tree = &tree{}
 	d.plan.contract = Contract{Columns: Evolve, DataType: Evolve}
 	d.plan.variant = make([]bool, len(s.Columns))
 	for i, c := range s.Columns {
@@ -322,6 +323,7 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 	var err *Error
 	clear(d.keys)
 	clear(d.text)
+	d.lists = d.lists[:0]
 	pos := 0
 	obj.Visit(func(key []byte, val *fastjson.Value) {
 		if err != nil {
@@ -335,7 +337,7 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 		pos++
 		if vt := val.Type(); vt == fastjson.TypeObject || vt == fastjson.TypeArray {
 			n := d.columnName(key)
-			err = d.nested(n.name, n.key, val, 1)
+			err = d.nested(n.name, n.key, val, d.base+1)
 			return
 		}
 		if h.key == "" || h.key != string(key) {
@@ -397,8 +399,7 @@ func (d *JSON) nested(name, path string, val *fastjson.Value, depth int) *Error 
 		return d.leaf(name, path, val, true)
 	}
 	if val.Type() == fastjson.TypeArray {
-		return &Error{Reason: batch.ReasonTypeMismatch, Field: path, Msg: "a JSON array is a list, which an inferred table does not hold yet: set the flow's max_nesting to " +
-			strconv.Itoa(depth-1) + " to keep it as JSON text, or declare the flow's columns to leave it out"}
+		return d.addList(name, path, val, depth)
 	}
 	var err *Error
 	obj, _ := val.Object()

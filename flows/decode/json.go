@@ -45,6 +45,10 @@ const (
 	fromOffset
 	fromTimestamp
 	fromKey
+	fromID       // a row's _sluice_id (docs/schema.md#child-tables)
+	fromParentID // a child row's _sluice_parent_id
+	fromListIdx  // a child row's _sluice_list_idx
+	fromRootID   // a child row's _sluice_root_id
 )
 
 type column struct {
@@ -122,6 +126,7 @@ type plan struct {
 	paths     []string
 	segments  [][]string
 	pathRoots map[string]bool
+	hasID     bool // the schema has _sluice_id
 }
 
 // JSON decodes one-object-per-message JSON into a batch of a fixed schema.
@@ -170,6 +175,15 @@ type JSON struct {
 	found    []batch.Column
 	foundAt  map[string]int
 	renamed  [][2]string
+
+	// Child tables (children.go), inferring decoders only.
+	tree   *tree         // shared by a root decoder and its child decoders
+	suffix string        // a child decoder: its table's name after <table>__
+	base   int           // a child decoder: the nesting depth of its list
+	lists  []pendingList // the current record's lists, decoded after its row
+	link   link          // the ids of the row being decoded
+	rows   *batch.Batch  // a child decoder: the rows of its table decoded so far
+	prefix string        // a child decoder: the path of the element being decoded, items[3].
 
 	// Governed decoders (Govern).
 	strayKey  string // a field of the record that is no column (declared decoders)
@@ -226,6 +240,27 @@ func NewJSON(s batch.Schema, units ...Units) (*JSON, error) {
 			col.origin = fromTimestamp
 		case batch.FieldKafkaKey:
 			col.origin = fromKey
+		case batch.IDColumn, batch.ParentIDColumn, batch.RootIDColumn, batch.ListIdxColumn:
+			switch c.Name {
+			case batch.IDColumn:
+				col.origin = fromID
+				p.hasID = true
+			case batch.ParentIDColumn:
+				col.origin = fromParentID
+			case batch.RootIDColumn:
+				col.origin = fromRootID
+			default:
+				col.origin = fromListIdx
+			}
+			want := batch.String
+			if col.origin == fromListIdx {
+				want = batch.Int64
+			}
+			if c.Type != want {
+				return nil, fmt.Errorf("decode: link column %s is %v, declared %v", c.Name, want, c.Type)
+			}
+			p.cols[i] = col
+			continue
 		}
 		if col.origin != fromJSON {
 			want, ok := batch.KafkaFields[c.Name]
@@ -289,6 +324,7 @@ func (d *JSON) Clone() *JSON {
 	if d.infer {
 		c.keys = make([]string, len(d.cols))
 		c.text = make([]bool, len(d.cols))
+		c.tree = &tree{schemas: d.tree.schemas}
 	}
 	return c
 }
@@ -376,14 +412,29 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 		}
 	}
 	n := out.Len()
+	if d.tree != nil {
+		d.link = link{}
+		if len(d.lists) > 0 || d.hasID {
+			d.link.id = rowID(rec)
+			d.link.root = d.link.id
+		}
+	}
 	for moves := 0; ; moves++ {
 		retry, e := d.columns(rec, out, moves < len(d.cols))
 		if e != nil || retry {
 			out.Truncate(n)
 		}
-		if !retry {
-			return e
+		if retry {
+			continue
 		}
+		if e == nil && len(d.lists) > 0 {
+			marks := d.tree.marks()
+			if e = d.decodeLists(rec); e != nil {
+				out.Truncate(n)
+				d.tree.rollback(marks)
+			}
+		}
+		return e
 	}
 }
 
@@ -470,6 +521,23 @@ func (d *JSON) meta(c *column, rec *batch.Record, vec *batch.Vector) *Error {
 			return d.null(c, vec, "the record has no timestamp")
 		}
 		vec.AppendInt(rec.Timestamp.UnixMicro())
+	case fromID, fromParentID, fromRootID:
+		v := d.link.id
+		switch c.origin {
+		case fromParentID:
+			v = d.link.parent
+		case fromRootID:
+			v = d.link.root
+		}
+		if v == "" {
+			return d.null(c, vec, "the row has no id")
+		}
+		vec.AppendString(v)
+	case fromListIdx:
+		if d.link.parent == "" {
+			return d.null(c, vec, "the row is in no list")
+		}
+		vec.AppendInt(d.link.idx)
 	case fromKey:
 		if rec.Key == nil {
 			return d.null(c, vec, "the record has a null key")

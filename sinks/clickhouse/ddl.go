@@ -229,7 +229,7 @@ func validateTable(t sinks.Table) error {
 		if !chsql.ValidIdent(c.Name) {
 			return fmt.Errorf("clickhouse: table %s: column name %q: use letters, digits and underscores", t.Name, c.Name)
 		}
-		if strings.HasPrefix(strings.ToLower(c.Name), sluicePrefix) {
+		if strings.HasPrefix(strings.ToLower(c.Name), sluicePrefix) && !batch.IsLinkColumn(c.Name) {
 			return fmt.Errorf("clickhouse: table %s: column %s: names starting with %s are sluice's own", t.Name, c.Name, sluicePrefix)
 		}
 		if _, dup := seen[c.Name]; dup {
@@ -454,7 +454,7 @@ func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
 			info.hasLoadID = typ == "String"
 			continue
 		}
-		if strings.HasPrefix(cname, sluicePrefix) {
+		if strings.HasPrefix(cname, sluicePrefix) && !batch.IsLinkColumn(cname) {
 			if info.hidden == nil {
 				info.hidden = map[string]hiddenColumn{}
 			}

@@ -125,7 +125,7 @@ func checkColumns(t sinks.Table) error {
 		switch {
 		case c.Name == "":
 			errs = multierror.Append(errs, errors.New("a column has no name"))
-		case strings.HasPrefix(c.Name, "_sluice_"):
+		case strings.HasPrefix(c.Name, "_sluice_") && !batch.IsLinkColumn(c.Name):
 			errs = multierror.Append(errs, fmt.Errorf("column %s: names starting with _sluice_ are reserved", c.Name))
 		case seen[c.Name]:
 			errs = multierror.Append(errs, fmt.Errorf("column %s is declared twice", c.Name))

@@ -1,0 +1,255 @@
+package decode
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/valyala/fastjson"
+)
+
+// Child tables (docs/schema.md#child-tables): in a table typed by its
+// messages, a list inside max_nesting becomes the rows of a child table,
+// <table>__<field> (deeper lists <table>__<field>__<field>), each row
+// linked to its parent row by batch.ParentIDColumn, batch.ListIdxColumn
+// and batch.RootIDColumn. A record's row and all its child rows are
+// decoded together: a bad element makes the whole record a dead letter.
+//
+// A child table is decoded by a child decoder, an inferring decoder of
+// its columns whose rows are the elements of the lists: an object's fields
+// are its columns, another value is its column value (ValueColumn), a
+// list in a list the rows of the child table value below it.
+
+// ValueColumn is the column of a child table that holds the elements of a
+// list that are not objects.
+const ValueColumn = "value"
+
+// tree is what a decoder and its child decoders share.
+type tree struct {
+	schemas map[string]batch.Schema // the child tables that exist, by suffix (SetChildren)
+	all     []*JSON                 // the child decoders, in order of creation
+}
+
+// pendingList is a list of the record being decoded, decoded into its
+// child table once the record's row is.
+type pendingList struct {
+	name  string // its column name in the parent (items, customer__orders)
+	path  string // its path in the parent's element (items, customer.orders)
+	val   *fastjson.Value
+	depth int // its nesting depth from the record
+}
+
+// link holds the ids of the row being decoded.
+type link struct {
+	id, parent, root string
+	idx              int64
+}
+
+// SetChildren gives an inferring decoder the child tables that exist, by
+// the part of their name after <table>__ (items, items__tags), each with
+// its columns. Call it before Clone.
+func (d *JSON) SetChildren(schemas map[string]batch.Schema) {
+	d.tree.schemas = schemas
+}
+
+// ChildRows returns the rows decoded since the last call into each child
+// table, by suffix, leaving out those with none.
+func (d *JSON) ChildRows() map[string]*batch.Batch {
+	var out map[string]*batch.Batch
+	for _, c := range d.tree.all {
+		if c.rows.Len() > 0 {
+			if out == nil {
+				out = map[string]*batch.Batch{}
+			}
+			out[c.suffix] = c.rows
+		}
+		c.rows = batch.New(c.schema, 0)
+	}
+	return out
+}
+
+// FoundChildren returns, by suffix, the child tables the records decoded
+// since the last call need and the decoder was not given (with the
+// columns their elements need, maybe none), and the columns that the
+// given ones lack, as Found does for the decoder's own table. The link
+// columns are the caller's to add to a new child table.
+func (d *JSON) FoundChildren() map[string][]batch.Column {
+	var out map[string][]batch.Column
+	for _, c := range d.tree.all {
+		found := c.Found()
+		if _, known := d.tree.schemas[c.suffix]; known && len(found) == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string][]batch.Column{}
+		}
+		out[c.suffix] = found
+	}
+	return out
+}
+
+// addList notes a list of the record, at path (column name name), depth
+// levels down.
+func (d *JSON) addList(name, path string, val *fastjson.Value, depth int) *Error {
+	if len(val.GetArray()) == 0 {
+		return nil
+	}
+	d.lists = append(d.lists, pendingList{name: name, path: path, val: val, depth: depth})
+	return nil
+}
+
+// rowID is the _sluice_id of the row of a record: derived from its
+// position, so that a replay or a retried load gives the same id.
+func rowID(rec *batch.Record) string {
+	return hashID(rec.Topic, strconv.FormatInt(int64(rec.Partition), 10), strconv.FormatInt(rec.Offset, 10))
+}
+
+// hashID is a 128-bit id of parts, in URL-safe base64.
+func hashID(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
+}
+
+// decodeLists decodes the lists of the row just decoded (d.link) into
+// their child tables. The caller rolls the child rows back on an error.
+func (d *JSON) decodeLists(rec *batch.Record) *Error {
+	if d.suffix == "" && !d.hasID {
+		// A table with child tables has row ids.
+		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: batch.IDColumn, Type: batch.String, Nullable: true})
+	}
+	for _, l := range d.lists {
+		c, e := d.child(l)
+		if e != nil || c == nil {
+			return e
+		}
+		for idx, elem := range l.val.GetArray() {
+			if e := c.element(rec, elem, d, l, idx); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// child returns the child decoder of list l, nil when the schema contract
+// leaves a new child table out.
+func (d *JSON) child(l pendingList) (*JSON, *Error) {
+	suffix := l.name
+	if d.suffix != "" {
+		suffix = d.suffix + "__" + l.name
+	}
+	for _, c := range d.tree.all {
+		if c.suffix == suffix {
+			return c, nil
+		}
+	}
+	s, known := d.tree.schemas[suffix]
+	if !known {
+		switch d.contract.Columns {
+		case Freeze:
+			return nil, &Error{Reason: batch.ReasonSchemaContract, Field: d.prefixed(l.path), Msg: "is a list, which needs a new child table (schema_contract columns: freeze)"}
+		case DiscardRow:
+			return nil, &Error{Reason: reasonDiscarded, Field: l.path}
+		case DiscardValue:
+			return nil, nil
+		}
+	}
+	c, err := NewInferring(s, d.names)
+	if err != nil {
+		return nil, &Error{Reason: batch.ReasonTypeMismatch, Field: d.prefixed(l.path), Msg: err.Error()}
+	}
+	c.plan.contract, c.plan.maxNesting = d.contract, d.maxNesting
+	if !known {
+		c.plan.contract.Columns = Evolve // a new table's first rows give it its columns
+	}
+	c.tree, c.suffix, c.base = d.tree, suffix, l.depth
+	c.rows = batch.New(s, 16)
+	d.tree.all = append(d.tree.all, c)
+	return c, nil
+}
+
+// prefixed is path under the element d is decoding.
+func (d *JSON) prefixed(path string) string {
+	switch {
+	case d.prefix == "":
+		return path
+	case path == "":
+		return d.prefix
+	}
+	return d.prefix + "." + path
+}
+
+// element decodes element idx of list l of parent's row into a row of
+// c's table, and then its own lists.
+func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l pendingList, idx int) *Error {
+	c.prefix = parent.prefixed(l.path) + "[" + strconv.Itoa(idx) + "]"
+	c.link = link{parent: parent.link.id, root: parent.link.root, idx: int64(idx), id: hashID(parent.link.id, c.suffix, strconv.Itoa(idx))}
+	clear(c.vals)
+	c.lists = c.lists[:0]
+	var e *Error
+	switch elem.Type() {
+	case fastjson.TypeObject:
+		obj, _ := elem.Object()
+		e = c.visitInferring(obj)
+	default:
+		clear(c.keys)
+		clear(c.text)
+		if elem.Type() == fastjson.TypeArray && c.base+1 <= c.maxNesting {
+			e = c.addList(ValueColumn, "", elem, c.base+1)
+		} else {
+			e = c.leaf(ValueColumn, "", elem, elem.Type() == fastjson.TypeArray)
+		}
+	}
+	if e == nil {
+		n := c.rows.Len()
+		for moves := 0; ; moves++ {
+			var retry bool
+			retry, e = c.columns(rec, c.rows, moves < len(c.cols))
+			if e != nil || retry {
+				c.rows.Truncate(n)
+			}
+			if !retry {
+				break
+			}
+		}
+	}
+	if e != nil {
+		if elem.Type() != fastjson.TypeObject && (e.Field == "" || e.Field == ValueColumn) || e.Field == "" {
+			e.Field = c.prefix
+		} else {
+			e.Field = c.prefix + "." + e.Field
+		}
+		return e
+	}
+	if len(c.lists) > 0 {
+		return c.decodeLists(rec)
+	}
+	return nil
+}
+
+// marks returns the number of rows of each child table, for rollback.
+func (t *tree) marks() []int {
+	m := make([]int, len(t.all))
+	for i, c := range t.all {
+		m[i] = c.rows.Len()
+	}
+	return m
+}
+
+// rollback takes the child rows back to marks; tables created since hold
+// only rows of the record rolled back.
+func (t *tree) rollback(m []int) {
+	for i, c := range t.all {
+		n := 0
+		if i < len(m) {
+			n = m[i]
+		}
+		c.rows.Truncate(n)
+	}
+}

@@ -1,0 +1,132 @@
+package decode
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/naming"
+)
+
+// childDecode decodes msgs with an inferring decoder of s and children,
+// and returns its rows, child rows, dead letters and what it found.
+func childDecode(t *testing.T, s batch.Schema, children map[string]batch.Schema, c Contract, msgs ...string) (*batch.Batch, map[string]*batch.Batch, []batch.DeadLetter, []batch.Column, map[string][]batch.Column) {
+	t.Helper()
+	d, err := NewInferring(s, naming.SnakeCase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Govern(c)
+	d.SetChildren(children)
+	recs := make([]batch.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = batch.Record{Topic: "t", Offset: int64(i), Value: []byte(m)}
+	}
+	out := batch.New(s, len(recs))
+	dls := d.DecodeAll(recs, out, nil)
+	return out, d.ChildRows(), dls, d.Found(), d.FoundChildren()
+}
+
+// withLinks is a child table's columns: the link columns, then cols.
+func withLinks(cols []batch.Column) batch.Schema {
+	s := batch.Schema{Columns: []batch.Column{
+		{Name: batch.RootIDColumn, Type: batch.String}, {Name: batch.ParentIDColumn, Type: batch.String},
+		{Name: batch.ListIdxColumn, Type: batch.Int64}, {Name: batch.IDColumn, Type: batch.String},
+	}}
+	s.Columns = append(s.Columns, cols...)
+	return s
+}
+
+// TestChildTables checks that lists become the rows of child tables
+// linked to their parents, that a bad element makes its whole record a
+// dead letter named by the element's path, and that the ids depend on the
+// record's position only.
+func TestChildTables(t *testing.T) {
+	evolve := Contract{Columns: Evolve, DataType: Evolve}
+	msgs := []string{
+		`{"id": 1, "items": [{"sku": "a", "qty": 2, "tags": ["x", "y"]}, {"sku": "b", "qty": 1}], "codes": [7, null]}`,
+		`{"id": 2, "items": []}`,
+		`{"id": 3, "items": [{"sku": "c", "qty": 1}, {"sku": "d", "qty": 1, "tags": ["z", 5]}]}`,
+	}
+	_, _, dls, found, children := childDecode(t, batch.Schema{}, nil, evolve, msgs...)
+	if len(dls) != 0 {
+		t.Fatalf("dead letters %v", dls)
+	}
+	if got := (batch.Schema{Columns: found}).Names(); !slices.Equal(got, []string{"id", batch.IDColumn}) {
+		t.Fatalf("found %v", got)
+	}
+	names := func(cols []batch.Column) []string { return batch.Schema{Columns: cols}.Names() }
+	if got := names(children["items"]); !slices.Equal(got, []string{"sku", "qty"}) {
+		t.Fatalf("items: %v", got)
+	}
+	if got := children["items__tags"]; len(got) != 1 || got[0].Name != ValueColumn || got[0].Type != batch.String {
+		t.Fatalf("items__tags: %v, want a string value (5 widens nothing: a variant once it exists)", got)
+	}
+	if got := children["codes"]; len(got) != 1 || got[0].Type != batch.Int64 {
+		t.Fatalf("codes: %v", got)
+	}
+
+	root := batch.Schema{Columns: found}
+	kids := map[string]batch.Schema{
+		"items":       withLinks(children["items"]),
+		"items__tags": withLinks(children["items__tags"]),
+		"codes":       withLinks(children["codes"]),
+	}
+	out, rows, dls, found, more := childDecode(t, root, kids, evolve, msgs...)
+	if len(dls) != 0 || len(found) != 0 || len(more) != 1 || more["items__tags"][0].Name != "value__v_int64" {
+		t.Fatalf("second pass: dead letters %v, found %v %v", dls, found, more)
+	}
+	if out.Len() != 3 || rows["items"].Len() != 4 || rows["items__tags"].Len() != 4 || rows["codes"].Len() != 2 {
+		t.Fatalf("rows: %d, items %d, tags %d, codes %d", out.Len(), rows["items"].Len(), rows["items__tags"].Len(), rows["codes"].Len())
+	}
+	id := func(b *batch.Batch, col string, i int) any { return b.Vectors[b.Schema.Index(col)].Value(i) }
+	items, tags := rows["items"], rows["items__tags"]
+	if id(items, batch.ParentIDColumn, 0) != id(out, batch.IDColumn, 0) || id(items, batch.RootIDColumn, 1) != id(out, batch.IDColumn, 0) ||
+		id(items, batch.ListIdxColumn, 1) != int64(1) || id(items, "sku", 1) != "b" {
+		t.Fatalf("items rows do not link to their order: %v / %v", items, out)
+	}
+	if id(tags, batch.ParentIDColumn, 1) != id(items, batch.IDColumn, 0) || id(tags, batch.RootIDColumn, 1) != id(out, batch.IDColumn, 0) || id(tags, ValueColumn, 1) != "y" {
+		t.Fatalf("tags rows do not link to their item: %v", tags)
+	}
+	if id(rows["codes"], ValueColumn, 1) != nil {
+		t.Fatalf("a null element: %v", rows["codes"])
+	}
+	// The same records at the same positions give the same ids.
+	out2, rows2, _, _, _ := childDecode(t, root, kids, evolve, msgs...)
+	if id(out2, batch.IDColumn, 2) != id(out, batch.IDColumn, 2) || id(rows2["items__tags"], batch.IDColumn, 2) != id(tags, batch.IDColumn, 2) {
+		t.Fatal("a replay gives other ids")
+	}
+
+	// One bad element two levels down: the whole record is a dead letter,
+	// with the element's path; the records around it land whole.
+	bad := []string{
+		`{"id": 4, "items": [{"sku": "e", "qty": 1, "tags": ["w"]}]}`,
+		"{\"id\": 5, \"items\": [{\"sku\": \"f\", \"qty\": 1}, {\"sku\": \"g\", \"qty\": 2, \"tags\": [\"ok\", \"caf\xe9\"]}]}",
+		`{"id": 6, "items": [{"sku": "h", "qty": "x"}]}`,
+		`{"id": 7, "items": [{"sku": "i", "qty": 3}]}`,
+	}
+	kids["items__tags"] = withLinks(append(children["items__tags"], batch.Column{Name: "value__v_int64", Type: batch.Int64, Nullable: true}))
+	root2 := root
+	out, rows, dls, _, _ = childDecode(t, root2, kids, Contract{Columns: Evolve, DataType: Freeze}, bad...)
+	var got []string
+	for _, dl := range dls {
+		got = append(got, dl.Position+" "+dl.Reason+" "+dl.Error)
+	}
+	want := []string{
+		`0/1 invalid_utf8 field "items[1].tags[1]": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`,
+		`0/2 schema_contract field "items[0].qty": "x" is not an int64 (schema_contract data_type: freeze)`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("dead letters\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if out.Len() != 2 || rows["items"].Len() != 2 || rows["items__tags"].Len() != 1 {
+		t.Fatalf("rows %d, items %d, tags %d: want those of records 4 and 7 only", out.Len(), rows["items"].Len(), rows["items__tags"].Len())
+	}
+
+	// A new child table under columns: freeze.
+	_, _, dls, _, _ = childDecode(t, root, kids, Contract{Columns: Freeze, DataType: Freeze}, `{"id": 8, "extras": [1]}`)
+	if len(dls) != 1 || dls[0].Reason != batch.ReasonSchemaContract || !strings.Contains(dls[0].Error, `"extras"`) {
+		t.Fatalf("dead letters %v, want extras refused by the contract", dls)
+	}
+}
