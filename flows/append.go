@@ -3,6 +3,7 @@ package flows
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -110,7 +111,7 @@ func (h *appendHandler) prepareLines(ctx context.Context, ch *backfill.Chunk, fi
 // completes the decoded rows; dls are dead letters the source found
 // before (lines too long).
 func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Record, fill func(*batch.Batch) (*batch.Batch, error), early []batch.DeadLetter) (*prepared, error) {
-	out, dls, discarded, err := h.decode(ctx, records)
+	out, kids, dls, discarded, err := h.decode(ctx, records)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +147,9 @@ func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Reco
 		if err != nil {
 			return nil, err
 		}
+		if len(kids) > 0 && res.batch.Len() < out.Len() {
+			kids = keepChildren(res.batch, kids)
+		}
 		out, dls = res.batch, append(dls, res.dls...)
 		switch {
 		case counts == nil:
@@ -158,7 +162,48 @@ func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Reco
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
-	return h.appendRows(out, dls, counts)
+	p, err := h.appendRows(out, dls, counts)
+	if err != nil || len(kids) == 0 {
+		return p, err
+	}
+	write := p.write
+	p.write = func(ctx context.Context, ld sinks.Load) error {
+		// A record's child rows are in the load of its row.
+		for _, suffix := range slices.Sorted(maps.Keys(kids)) {
+			if err := h.r.writeRows(ctx, ld, h.flow.Target+"__"+suffix, kids[suffix]); err != nil {
+				return err
+			}
+		}
+		return write(ctx, ld)
+	}
+	return p, nil
+}
+
+// keepChildren returns the child rows of the rows of root: those whose
+// records a rule (where, an expectation) left out go with them.
+func keepChildren(root *batch.Batch, kids map[string]*batch.Batch) map[string]*batch.Batch {
+	ids := map[string]bool{}
+	if v := root.Column(batch.IDColumn); v != nil {
+		for i := range root.Len() {
+			if id, ok := v.Value(i).(string); ok {
+				ids[id] = true
+			}
+		}
+	}
+	out := map[string]*batch.Batch{}
+	for suffix, b := range kids {
+		kept := batch.New(b.Schema, b.Len())
+		roots := b.Column(batch.RootIDColumn)
+		for i := range b.Len() {
+			if id, _ := roots.Value(i).(string); ids[id] {
+				kept.AppendRow(b, i)
+			}
+		}
+		if kept.Len() > 0 {
+			out[suffix] = kept
+		}
+	}
+	return out
 }
 
 // decode decodes a batch's records. When the flow infers its columns and
@@ -167,37 +212,42 @@ func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Reco
 //
 // It returns the decoded rows, the dead letters, and the positions of the
 // records the schema contract discarded.
-func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch.Batch, []batch.DeadLetter, []string, error) {
+//
+// It returns the decoded rows, the rows of their child tables by the part
+// of their names after <table>__, the dead letters, and the positions of
+// the records the schema contract discarded.
+func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch.Batch, map[string]*batch.Batch, []batch.DeadLetter, []string, error) {
 	for try := 0; ; try++ {
 		dec, err := h.decoder()
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		out := batch.New(dec.Schema(), len(recs))
 		dls := dec.DecodeAll(recs, out, nil)
 		discarded := dec.Discarded()
 		if !h.infers {
 			h.pool.Put(dec)
-			return out, dls, discarded, nil
+			return out, nil, dls, discarded, nil
 		}
-		found := dec.Found()
+		found, kids, foundKids := dec.Found(), dec.ChildRows(), dec.FoundChildren()
 		renamed := dec.Renamed()
 		h.pool.Put(dec)
 		h.r.noteNames(h.flow, renamed)
-		if len(found) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls)+len(discarded) {
+		if len(found) == 0 && len(foundKids) == 0 && len(out.Schema.Columns) == 0 && len(recs) > len(dls)+len(discarded) {
 			// A batch of no columns has no length: its rows would be lost.
-			return out, h.valueless(recs, dls), discarded, nil
+			return out, nil, h.valueless(recs, dls), discarded, nil
 		}
-		if len(found) == 0 {
-			return out, dls, discarded, nil
+		if len(found) == 0 && len(foundKids) == 0 {
+			return out, kids, dls, discarded, nil
 		}
 		if try == 2 {
 			// Each pass adds every column the batch lacks: a third means
 			// the columns the destination reports do not hold.
-			return nil, nil, nil, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v", h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
+			return nil, nil, nil, nil, fmt.Errorf("flow %s: the columns of table %s (or its child tables %v) did not take the batch's fields %v",
+				h.flow.Name, h.flow.Target, slices.Sorted(maps.Keys(foundKids)), batch.Schema{Columns: found}.Names())
 		}
-		if err := h.r.evolve(ctx, h.flow, found); err != nil {
-			return nil, nil, nil, err
+		if err := h.r.evolve(ctx, h.flow, found, foundKids); err != nil {
+			return nil, nil, nil, nil, err
 		}
 	}
 }
@@ -238,13 +288,15 @@ func (h *appendHandler) decoder() (*decode.JSON, error) {
 	if len(h.hive) > 0 {
 		s.Columns = slices.DeleteFunc(slices.Clone(s.Columns), func(c batch.Column) bool { return slices.Contains(h.hive, c.Name) })
 	}
-	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) && d.Reserves(h.hive) {
+	kids := h.r.childSchemas(h.flow.Target)
+	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) && d.Reserves(h.hive) && sameSchemas(d.Children(), kids) {
 		return d, nil
 	}
 	d, err := decode.NewInferring(s, h.r.dataNames())
 	if err != nil {
 		return nil, err
 	}
+	d.SetChildren(kids)
 	d.SetMaxNesting(h.flow.Nesting())
 	d.Reserve(h.hive, func(name string) string {
 		return "is also a Hive segment of the file's path, which fills column " + name + ": rename the field or the segment"
@@ -330,4 +382,9 @@ func Project(b *batch.Batch, target batch.Schema) *batch.Batch {
 		out.Vectors[i] = v
 	}
 	return out
+}
+
+// sameSchemas reports whether two sets of child tables are the same.
+func sameSchemas(a, b map[string]batch.Schema) bool {
+	return maps.EqualFunc(a, b, func(x, y batch.Schema) bool { return x.Equal(y) })
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/flows/decode"
 	"github.com/sluicehq/sluice/flows/naming"
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
@@ -23,6 +26,7 @@ import (
 // in the destination.
 func (r *runner) resolveFromData(ctx context.Context) error {
 	r.inferred = map[string]batch.Schema{}
+	r.children = map[string]childTable{}
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
 		if !f.TypedByMessages(r.p) {
@@ -70,33 +74,46 @@ func sourceColumns(f *spec.Flow, t batch.Schema) batch.Schema {
 // destination has them now (another process may have added some, and
 // every column this one added is there), then those it lacks. On failure
 // nothing changed.
-func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column) error {
+func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column, kids map[string]decode.FoundChild) error {
 	r.dataMu.Lock()
 	defer r.dataMu.Unlock()
 	stored, err := r.storedColumns(ctx, f.Target)
 	if err != nil {
 		return err
 	}
-	was := r.inferred[f.Name]
-	next := sourceColumns(f, stored)
-	var added []string
-	for _, c := range found {
-		if next.Index(c.Name) < 0 {
-			next.Columns = append(next.Columns, c)
-			added = append(added, c.Name+" "+c.Type.String())
-		}
-	}
+	was, wasKids := r.inferred[f.Name], maps.Clone(r.children)
+	next, added := addColumns(sourceColumns(f, stored), found)
 	r.inferred[f.Name] = next
 	undo := func() {
-		r.inferred[f.Name] = was
+		r.inferred[f.Name], r.children = was, wasKids
 		_ = r.p.ResolveFromData(r.dataSchema, f.Target)
+	}
+	names := []string{f.Target}
+	for _, suffix := range slices.Sorted(maps.Keys(kids)) {
+		name := f.Target + "__" + suffix
+		have, err := r.storedColumns(ctx, name)
+		if err != nil {
+			undo()
+			return err
+		}
+		if len(have.Columns) == 0 {
+			have = linkColumns()
+		}
+		cols, more := addColumns(have, kids[suffix].Columns)
+		parent := f.Target
+		if p := kids[suffix].Parent; p != "" {
+			parent += "__" + p
+		}
+		r.children[name] = childTable{root: f.Target, parent: parent, schema: cols}
+		names = append(names, name)
+		added = append(added, more...)
 	}
 	if err := r.p.ResolveFromData(r.dataSchema, f.Target); err != nil {
 		undo()
 		return err
 	}
 	err = r.retry(ctx, "add columns to "+f.Target, func(ctx context.Context) error {
-		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
+		return r.sink.Ensure(ctx, r.tables(names...))
 	})
 	if err != nil {
 		undo()
@@ -109,12 +126,70 @@ func (r *runner) evolve(ctx context.Context, f *spec.Flow, found []batch.Column)
 	return nil
 }
 
+// addColumns adds to s the columns of found it lacks, and names them.
+func addColumns(s batch.Schema, found []batch.Column) (batch.Schema, []string) {
+	var added []string
+	for _, c := range found {
+		if s.Index(c.Name) < 0 {
+			s.Columns = append(s.Columns, c)
+			added = append(added, c.Name+" "+c.Type.String())
+		}
+	}
+	return s, added
+}
+
+// childTable is a child table of a table typed by its messages.
+type childTable struct {
+	root   string // the table typed by the messages
+	parent string // the table of its parent rows
+	schema batch.Schema
+}
+
+// linkColumns are the first columns of a child table: its row's links.
+func linkColumns() batch.Schema {
+	return batch.Schema{Columns: []batch.Column{
+		{Name: batch.RootIDColumn, Type: batch.String},
+		{Name: batch.ParentIDColumn, Type: batch.String},
+		{Name: batch.ListIdxColumn, Type: batch.Int64},
+		{Name: batch.IDColumn, Type: batch.String},
+	}}
+}
+
+// tables is Tables with the child tables of the pipeline's tables; the
+// caller holds dataMu.
+func (r *runner) tables(names ...string) []sinks.Table {
+	out := Tables(r.p, names...)
+	for _, name := range slices.Sorted(maps.Keys(r.children)) {
+		if len(names) == 0 || slices.Contains(names, name) {
+			out = append(out, sinks.Table{Name: name, Schema: r.children[name].schema})
+		}
+	}
+	return out
+}
+
+// childSchemas returns the child tables of table, by the part of their
+// names after <table>__, for its decoders.
+func (r *runner) childSchemas(table string) map[string]batch.Schema {
+	r.dataMu.RLock()
+	defer r.dataMu.RUnlock()
+	out := map[string]batch.Schema{}
+	for name, c := range r.children {
+		if c.root == table {
+			out[strings.TrimPrefix(name, table+"__")] = c.schema
+		}
+	}
+	return out
+}
+
 // writeRows writes rows of a target projected onto its columns as they are
 // when written: a table typed by its data may have gained columns since
 // the rows were decoded (they are NULL in them).
 func (r *runner) writeRows(ctx context.Context, ld sinks.Load, table string, b *batch.Batch) error {
 	r.dataMu.RLock()
 	defer r.dataMu.RUnlock()
+	if c, ok := r.children[table]; ok {
+		return ld.Write(ctx, table, Project(b, c.schema))
+	}
 	return ld.Write(ctx, table, Project(b, r.p.Table(table).Schema))
 }
 
@@ -337,7 +412,7 @@ func (r *runner) typeHiveColumns(ctx context.Context, f *spec.Flow, h batchHandl
 		}
 	}
 	if len(missing) > 0 {
-		if err := r.evolve(ctx, f, missing); err != nil {
+		if err := r.evolve(ctx, f, missing, nil); err != nil {
 			return err
 		}
 	}

@@ -130,6 +130,10 @@ type runner struct {
 	// (spec.Flow.InfersJSON), the columns it decodes: its target's columns
 	// at the start and those its messages added since. Under dataMu.
 	inferred map[string]batch.Schema
+	// children holds the child tables of tables typed by their messages
+	// (docs/schema.md#child-tables), by name, with their columns. Under
+	// dataMu.
+	children map[string]childTable
 	versions schemaVersions
 	// names holds, per flow that infers its columns from JSON messages,
 	// the field names normalized to other column names. Under dataMu.

@@ -46,6 +46,8 @@ type schemaFlow struct {
 
 type schemaTable struct {
 	Name    string         `json:"name"`
+	Parent  string         `json:"parent,omitempty"` // a child table's parent table
+	Root    string         `json:"root,omitempty"`   // a child table's table typed by the messages
 	Kind    string         `json:"kind"`
 	Keys    []string       `json:"keys,omitempty"`
 	Columns []schemaColumn `json:"columns"`
@@ -61,8 +63,9 @@ type schemaColumn struct {
 // dataMu.
 func (r *runner) schemaJSON() (doc, hash string) {
 	d := schemaDoc{Pipeline: r.p.Pipeline, Tables: []schemaTable{}}
-	for _, t := range Tables(r.p) {
-		st := schemaTable{Name: t.Name, Kind: t.Kind.String(), Keys: t.Keys, Columns: []schemaColumn{}}
+	for _, t := range r.tables() {
+		c := r.children[t.Name]
+		st := schemaTable{Name: t.Name, Parent: c.parent, Root: c.root, Kind: t.Kind.String(), Keys: t.Keys, Columns: []schemaColumn{}}
 		for _, c := range t.Schema.Columns {
 			st.Columns = append(st.Columns, schemaColumn{Name: c.Name, Type: c.Type.String(), Nullable: c.Nullable})
 		}
@@ -100,6 +103,21 @@ func (r *runner) loadVersions(ctx context.Context) error {
 		for _, sf := range last.Flows {
 			if f := r.p.Flow(sf.Name); f != nil && f.TypedByMessages(r.p) {
 				r.names[sf.Name] = sf.Names
+			}
+		}
+		// The child tables the last version had, with their columns as
+		// the destination has them now.
+		for _, st := range last.Tables {
+			if st.Root == "" || !typedByMessages(r.p, st.Root) {
+				continue
+			}
+			stored, err := r.storedColumns(ctx, st.Name)
+			if err != nil {
+				r.dataMu.Unlock()
+				return err
+			}
+			if len(stored.Columns) > 0 {
+				r.children[st.Name] = childTable{root: st.Root, parent: st.Parent, schema: stored}
 			}
 		}
 	}
@@ -220,4 +238,15 @@ func (r *runner) claimVersion(f *spec.Flow) (hash string, row *batch.Batch, done
 			v.written = true
 		}
 	}
+}
+
+// typedByMessages reports whether a flow typed by its messages writes
+// table.
+func typedByMessages(p *spec.Pipeline, table string) bool {
+	for i := range p.Flows {
+		if f := &p.Flows[i]; f.Target == table && f.TypedByMessages(p) {
+			return true
+		}
+	}
+	return false
 }

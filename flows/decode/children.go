@@ -53,6 +53,9 @@ func (d *JSON) SetChildren(schemas map[string]batch.Schema) {
 	d.tree.schemas = schemas
 }
 
+// Children returns the child tables given by SetChildren.
+func (d *JSON) Children() map[string]batch.Schema { return d.tree.schemas }
+
 // ChildRows returns the rows decoded since the last call into each child
 // table, by suffix, leaving out those with none.
 func (d *JSON) ChildRows() map[string]*batch.Batch {
@@ -74,19 +77,26 @@ func (d *JSON) ChildRows() map[string]*batch.Batch {
 // columns their elements need, maybe none), and the columns that the
 // given ones lack, as Found does for the decoder's own table. The link
 // columns are the caller's to add to a new child table.
-func (d *JSON) FoundChildren() map[string][]batch.Column {
-	var out map[string][]batch.Column
+func (d *JSON) FoundChildren() map[string]FoundChild {
+	var out map[string]FoundChild
 	for _, c := range d.tree.all {
 		found := c.Found()
 		if _, known := d.tree.schemas[c.suffix]; known && len(found) == 0 {
 			continue
 		}
 		if out == nil {
-			out = map[string][]batch.Column{}
+			out = map[string]FoundChild{}
 		}
-		out[c.suffix] = found
+		out[c.suffix] = FoundChild{Parent: c.parent, Columns: found}
 	}
 	return out
+}
+
+// FoundChild is a child table FoundChildren reports: the suffix of its
+// parent ("" for the decoder's own table) and the columns it lacks.
+type FoundChild struct {
+	Parent  string
+	Columns []batch.Column
 }
 
 // addList notes a list of the record, at path (column name name), depth
@@ -168,7 +178,7 @@ func (d *JSON) child(l pendingList) (*JSON, *Error) {
 	if !known {
 		c.plan.contract.Columns = Evolve // a new table's first rows give it its columns
 	}
-	c.tree, c.suffix, c.base = d.tree, suffix, l.depth
+	c.tree, c.suffix, c.parent, c.base = d.tree, suffix, d.suffix, l.depth
 	c.rows = batch.New(s, 16)
 	d.tree.all = append(d.tree.all, c)
 	return c, nil

@@ -11,7 +11,7 @@ import (
 
 // childDecode decodes msgs with an inferring decoder of s and children,
 // and returns its rows, child rows, dead letters and what it found.
-func childDecode(t *testing.T, s batch.Schema, children map[string]batch.Schema, c Contract, msgs ...string) (*batch.Batch, map[string]*batch.Batch, []batch.DeadLetter, []batch.Column, map[string][]batch.Column) {
+func childDecode(t *testing.T, s batch.Schema, children map[string]batch.Schema, c Contract, msgs ...string) (*batch.Batch, map[string]*batch.Batch, []batch.DeadLetter, []batch.Column, map[string]FoundChild) {
 	t.Helper()
 	d, err := NewInferring(s, naming.SnakeCase)
 	if err != nil {
@@ -57,24 +57,24 @@ func TestChildTables(t *testing.T) {
 		t.Fatalf("found %v", got)
 	}
 	names := func(cols []batch.Column) []string { return batch.Schema{Columns: cols}.Names() }
-	if got := names(children["items"]); !slices.Equal(got, []string{"sku", "qty"}) {
-		t.Fatalf("items: %v", got)
+	if got := names(children["items"].Columns); !slices.Equal(got, []string{"sku", "qty"}) || children["items"].Parent != "" {
+		t.Fatalf("items: %v", children["items"])
 	}
-	if got := children["items__tags"]; len(got) != 1 || got[0].Name != ValueColumn || got[0].Type != batch.String {
-		t.Fatalf("items__tags: %v, want a string value (5 widens nothing: a variant once it exists)", got)
+	if got := children["items__tags"]; len(got.Columns) != 1 || got.Columns[0].Name != ValueColumn || got.Columns[0].Type != batch.String || got.Parent != "items" {
+		t.Fatalf("items__tags: %v, want a string value under items (5 widens nothing: a variant once it exists)", got)
 	}
-	if got := children["codes"]; len(got) != 1 || got[0].Type != batch.Int64 {
+	if got := children["codes"].Columns; len(got) != 1 || got[0].Type != batch.Int64 {
 		t.Fatalf("codes: %v", got)
 	}
 
 	root := batch.Schema{Columns: found}
 	kids := map[string]batch.Schema{
-		"items":       withLinks(children["items"]),
-		"items__tags": withLinks(children["items__tags"]),
-		"codes":       withLinks(children["codes"]),
+		"items":       withLinks(children["items"].Columns),
+		"items__tags": withLinks(children["items__tags"].Columns),
+		"codes":       withLinks(children["codes"].Columns),
 	}
 	out, rows, dls, found, more := childDecode(t, root, kids, evolve, msgs...)
-	if len(dls) != 0 || len(found) != 0 || len(more) != 1 || more["items__tags"][0].Name != "value__v_int64" {
+	if len(dls) != 0 || len(found) != 0 || len(more) != 1 || more["items__tags"].Columns[0].Name != "value__v_int64" {
 		t.Fatalf("second pass: dead letters %v, found %v %v", dls, found, more)
 	}
 	if out.Len() != 3 || rows["items"].Len() != 4 || rows["items__tags"].Len() != 4 || rows["codes"].Len() != 2 {
@@ -106,7 +106,7 @@ func TestChildTables(t *testing.T) {
 		`{"id": 6, "items": [{"sku": "h", "qty": "x"}]}`,
 		`{"id": 7, "items": [{"sku": "i", "qty": 3}]}`,
 	}
-	kids["items__tags"] = withLinks(append(children["items__tags"], batch.Column{Name: "value__v_int64", Type: batch.Int64, Nullable: true}))
+	kids["items__tags"] = withLinks(append(children["items__tags"].Columns, batch.Column{Name: "value__v_int64", Type: batch.Int64, Nullable: true}))
 	root2 := root
 	out, rows, dls, _, _ = childDecode(t, root2, kids, Contract{Columns: Evolve, DataType: Freeze}, bad...)
 	var got []string

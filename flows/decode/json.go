@@ -179,6 +179,7 @@ type JSON struct {
 	// Child tables (children.go), inferring decoders only.
 	tree   *tree         // shared by a root decoder and its child decoders
 	suffix string        // a child decoder: its table's name after <table>__
+	parent string        // a child decoder: its parent's suffix, "" for the top table
 	base   int           // a child decoder: the nesting depth of its list
 	lists  []pendingList // the current record's lists, decoded after its row
 	link   link          // the ids of the row being decoded
