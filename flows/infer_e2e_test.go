@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/consumer"
+	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
@@ -548,8 +549,17 @@ func TestChildTablesEndToEnd(t *testing.T) {
 			t.Fatalf("items after a restart: %q, want %q", got, want)
 		}
 		vs := s.rows(batch.VersionTable, "inserted_at", batch.LoadIDColumn, "pipeline", "version_hash")
-		if last := vs[len(vs)-1]; !strings.Contains(last, `"name":"events__items__tags","parent":"events__items"`) || !strings.Contains(last, `"gift"`) {
+		if last := vs[len(vs)-1]; !strings.Contains(last, `"name":"events__items__tags","parent":"events__items","root":"events"`) || !strings.Contains(last, `"gift"`) {
 			t.Fatalf("the last version %s lacks the child tables", last)
+		}
+		// A full refresh empties the child tables with their table: the
+		// replay gives each item once.
+		s.updateWith(flows.Options{FullRefresh: true})
+		if got, want := joined(t, s, "events", "events__items", "id"), []string{"1[0]: a,2,∞", "1[1]: b,1,∞", "2[0]: c,1,∞", "4[0]: f,1,true"}; !slices.Equal(got, want) {
+			t.Fatalf("items after a full refresh: %q, want %q", got, want)
+		}
+		if got, want := joined(t, s, "events__items", "events__items__tags", "sku"), []string{"a[0]: x", "a[1]: y", "c[0]: z"}; !slices.Equal(got, want) {
+			t.Fatalf("tags after a full refresh: %q, want %q", got, want)
 		}
 		if dname == "local" {
 			// parquet-go alone reads the child table's files.

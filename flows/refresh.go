@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -96,6 +97,14 @@ func (r *runner) refresh(ctx context.Context) error {
 	if !ok {
 		return errors.New("the destination cannot empty tables for a refresh")
 	}
+	// Child tables go with their tables (docs/schema.md#child-tables).
+	r.dataMu.RLock()
+	for _, name := range slices.Sorted(maps.Keys(r.children)) {
+		if slices.Contains(tables, r.children[name].root) {
+			tables = append(tables, name)
+		}
+	}
+	r.dataMu.RUnlock()
 	r.log.Info("refresh: emptying tables", "tables", tables, "flows", flowNames)
 	if err := r.retry(ctx, "refresh", func(ctx context.Context) error { return resetter.Reset(ctx, tables, flowNames) }); err != nil {
 		return err

@@ -48,6 +48,11 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 		sortBy = []string{"version", "inserted_at"}
 	default:
 		t := p.Table(table)
+		if t == nil && p.ChildRoot(table) != nil {
+			// A child table: by its record, its parent, its place.
+			sortBy = []string{batch.RootIDColumn, batch.ParentIDColumn, batch.ListIdxColumn}
+			break
+		}
 		if t == nil {
 			return usageErr("unknown table %q: not a table of the spec, %s, %s, %s or %s", table, batch.LoadsTable, batch.DeadLettersTable, batch.ExpectationsTable, batch.VersionTable)
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -663,6 +664,19 @@ func (p *Pipeline) ResolveFromData(schema func(f *Flow) (batch.Schema, error), t
 	if len(c.probs) > 0 {
 		c.probs.sort()
 		return c.probs
+	}
+	return nil
+}
+
+// ChildRoot returns the table typed by its messages that name could be a
+// child table of (<table>__<field>, docs/schema.md#child-tables), nil
+// when none.
+func (p *Pipeline) ChildRoot(name string) *Table {
+	for i := range p.Flows {
+		f := &p.Flows[i]
+		if strings.HasPrefix(name, f.Target+"__") && f.TypedByMessages(p) {
+			return p.Table(f.Target)
+		}
 	}
 	return nil
 }
