@@ -125,6 +125,11 @@ func WaitQueries(ctx context.Context, c Conn, db, name string) error {
 	for {
 		n, err := countQueries(ctx, c, db, name)
 		if err != nil {
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+				// The read's deadline is the context's: it may fire a
+				// moment before the context's own timer does.
+				<-ctx.Done()
+			}
 			if ctx.Err() != nil {
 				// The driver turns the context's deadline into the
 				// connection's: its read times out first, as an I/O error.
