@@ -1,12 +1,13 @@
 package decode
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
 	"strconv"
 
-	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/valyala/fastjson"
+	"github.com/zeebo/xxh3"
+
+	"github.com/sluicehq/sluice/flows/batch"
 )
 
 // Child tables (docs/schema.md#child-tables): in a table typed by its
@@ -61,13 +62,14 @@ func (d *JSON) Children() map[string]batch.Schema { return d.tree.schemas }
 func (d *JSON) ChildRows() map[string]*batch.Batch {
 	var out map[string]*batch.Batch
 	for _, c := range d.tree.all {
-		if c.rows.Len() > 0 {
+		n := c.rows.Len()
+		if n > 0 {
 			if out == nil {
 				out = map[string]*batch.Batch{}
 			}
 			out[c.suffix] = c.rows
 		}
-		c.rows = batch.New(c.schema, 0)
+		c.rows = batch.New(c.schema, n) // the next batch is likely alike
 	}
 	return out
 }
@@ -111,19 +113,34 @@ func (d *JSON) addList(name, path string, val *fastjson.Value, depth int) *Error
 
 // rowID is the _sluice_id of the row of a record: derived from its
 // position, so that a replay or a retried load gives the same id.
-func rowID(rec *batch.Record) string {
-	return hashID(rec.Topic, strconv.FormatInt(int64(rec.Partition), 10), strconv.FormatInt(rec.Offset, 10))
+func (d *JSON) rowID(rec *batch.Record) string {
+	b := append(d.num[:0], rec.Topic...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(rec.Partition), 10)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, rec.Offset, 10)
+	d.num = b
+	return d.hashID(b)
 }
 
-// hashID is a 128-bit id of parts, in URL-safe base64.
-func hashID(parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	var sum [sha256.Size]byte
-	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
+// childID is the _sluice_id of element idx of a list of the row parent.
+func (d *JSON) childID(parent string, idx int) string {
+	b := append(d.num[:0], parent...)
+	b = append(b, 0)
+	b = append(b, d.suffix...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(idx), 10)
+	d.num = b
+	return d.hashID(b)
+}
+
+// hashID is a 128-bit id of b (XXH3, a stable, specified hash), in
+// URL-safe base64 (22 characters).
+func (d *JSON) hashID(b []byte) string {
+	sum := xxh3.Hash128(b).Bytes()
+	var text [22]byte
+	base64.RawURLEncoding.Encode(text[:], sum[:])
+	return d.arena.string(text[:])
 }
 
 // decodeLists decodes the lists of the row just decoded (d.link) into
@@ -184,22 +201,32 @@ func (d *JSON) child(l pendingList) (*JSON, *Error) {
 	return c, nil
 }
 
+// elementPath is the path of the element d is decoding, items[3]; ""
+// for a top decoder. Built only for messages.
+func (d *JSON) elementPath() string {
+	if d.at.parent == nil {
+		return ""
+	}
+	return d.at.parent.prefixed(d.at.path) + "[" + strconv.Itoa(d.at.idx) + "]"
+}
+
 // prefixed is path under the element d is decoding.
 func (d *JSON) prefixed(path string) string {
+	prefix := d.elementPath()
 	switch {
-	case d.prefix == "":
+	case prefix == "":
 		return path
 	case path == "":
-		return d.prefix
+		return prefix
 	}
-	return d.prefix + "." + path
+	return prefix + "." + path
 }
 
 // element decodes element idx of list l of parent's row into a row of
 // c's table, and then its own lists.
 func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l pendingList, idx int) *Error {
-	c.prefix = parent.prefixed(l.path) + "[" + strconv.Itoa(idx) + "]"
-	c.link = link{parent: parent.link.id, root: parent.link.root, idx: int64(idx), id: hashID(parent.link.id, c.suffix, strconv.Itoa(idx))}
+	c.at.parent, c.at.path, c.at.idx = parent, l.path, idx
+	c.link = link{parent: parent.link.id, root: parent.link.root, idx: int64(idx), id: c.childID(parent.link.id, idx)}
 	clear(c.vals)
 	c.lists = c.lists[:0]
 	var e *Error
@@ -231,9 +258,9 @@ func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l 
 	}
 	if e != nil {
 		if elem.Type() != fastjson.TypeObject && (e.Field == "" || e.Field == ValueColumn) || e.Field == "" {
-			e.Field = c.prefix
+			e.Field = c.elementPath()
 		} else {
-			e.Field = c.prefix + "." + e.Field
+			e.Field = c.elementPath() + "." + e.Field
 		}
 		return e
 	}

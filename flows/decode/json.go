@@ -184,7 +184,11 @@ type JSON struct {
 	lists  []pendingList // the current record's lists, decoded after its row
 	link   link          // the ids of the row being decoded
 	rows   *batch.Batch  // a child decoder: the rows of its table decoded so far
-	prefix string        // a child decoder: the path of the element being decoded, items[3].
+	at     struct {      // a child decoder: the element being decoded
+		parent *JSON
+		path   string
+		idx    int
+	}
 
 	// Governed decoders (Govern).
 	strayKey  string // a field of the record that is no column (declared decoders)
@@ -416,7 +420,7 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 	if d.tree != nil {
 		d.link = link{}
 		if len(d.lists) > 0 || d.hasID {
-			d.link.id = rowID(rec)
+			d.link.id = d.rowID(rec)
 			d.link.root = d.link.id
 		}
 	}
