@@ -552,6 +552,9 @@ func TestChildTablesEndToEnd(t *testing.T) {
 		if last := vs[len(vs)-1]; !strings.Contains(last, `"name":"events__items__tags","parent":"events__items","root":"events"`) || !strings.Contains(last, `"gift"`) {
 			t.Fatalf("the last version %s lacks the child tables", last)
 		}
+		if st := s.status("live"); fmt.Sprint(st.ChildTables) != "[{events__items events} {events__items__tags events__items}]" {
+			t.Fatalf("status lists the child tables %v", st.ChildTables)
+		}
 		// A full refresh empties the child tables with their table: the
 		// replay gives each item once.
 		s.updateWith(flows.Options{FullRefresh: true})

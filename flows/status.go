@@ -2,6 +2,7 @@ package flows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sort"
@@ -33,6 +34,12 @@ type SchemaVersion struct {
 	InsertedAt time.Time `json:"inserted_at"`
 }
 
+// ChildTable is a child table and the table of its parent rows.
+type ChildTable struct {
+	Name   string `json:"name"`
+	Parent string `json:"parent"`
+}
+
 // FlowReport is one flow's state.
 type FlowReport struct {
 	Name        string              `json:"name"`
@@ -45,6 +52,9 @@ type FlowReport struct {
 	LastLoadAt  *time.Time          `json:"last_load_at,omitempty"`
 	Partitions  []PartitionProgress `json:"partitions,omitempty"`
 	LagError    string              `json:"lag_error,omitempty"`
+	// ChildTables are the child tables of the flow's target, as the
+	// latest schema version has them (docs/schema.md#child-tables).
+	ChildTables []ChildTable `json:"child_tables,omitempty"`
 	// Files: how many files of a files source were read to their end.
 	FilesDone int `json:"files_done,omitempty"`
 	// Once: a once-flow's state: "pending", "running" or "complete".
@@ -108,14 +118,26 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	if err != nil {
 		return nil, err
 	}
+	children := map[string][]ChildTable{} // by the table typed by its messages
 	if v, err := latestVersion(ctx, sink, p.Pipeline); err != nil {
 		return nil, err
 	} else if v.Version > 0 {
 		rep.Schema = &SchemaVersion{Version: v.Version, Hash: v.Hash, InsertedAt: v.At}
+		var doc schemaDoc
+		if json.Unmarshal([]byte(v.Schema), &doc) == nil {
+			for _, t := range doc.Tables {
+				if t.Root != "" {
+					children[t.Root] = append(children[t.Root], ChildTable{Name: t.Name, Parent: t.Parent})
+				}
+			}
+		}
 	}
 	for i := range p.Flows {
 		f := &p.Flows[i]
 		fr := FlowReport{Name: f.Name, Kind: f.Kind, Target: f.Target, Source: sourceKind(f), Expectations: counts[f.Name]}
+		if f.TypedByMessages(p) {
+			fr.ChildTables = children[f.Target]
+		}
 		if t, ok := totals[f.Name]; ok {
 			fr.Loads, fr.Rows, fr.DeadLetters = int(t.Loads), t.Rows, t.DeadLetters
 			at := t.LastAt

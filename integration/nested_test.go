@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,6 +102,9 @@ func TestNestedOrdersKilled(t *testing.T) {
 		}
 		if shown := jsonl(t, mustSluice(t, "show", "-f", spec, "orders__items", "--format", "jsonl").stdout); len(shown) != items {
 			t.Errorf("show orders__items lists %d rows, want %d", len(shown), items)
+		}
+		if out := mustSluice(t, "status", "-f", spec).stdout; !strings.Contains(out, "orders_in child tables of orders:\n  orders__items, under orders") {
+			t.Errorf("status does not list the child table:\n%s", out)
 		}
 		slices.SortFunc(got, func(a, b [3]int64) int {
 			if a[0] != b[0] {

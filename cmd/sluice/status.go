@@ -98,6 +98,15 @@ func (g *globals) status(ctx context.Context, asJSON bool) error {
 		}
 	}
 	for _, f := range rep.Flows {
+		if len(f.ChildTables) == 0 {
+			continue
+		}
+		fmt.Fprintf(g.stdout, "\n%s child tables of %s:\n", f.Name, f.Target)
+		for _, c := range f.ChildTables {
+			fmt.Fprintf(g.stdout, "  %s, under %s\n", c.Name, c.Parent)
+		}
+	}
+	for _, f := range rep.Flows {
 		if len(f.Expectations) == 0 {
 			continue
 		}
