@@ -580,3 +580,45 @@ func TestChildTablesEndToEnd(t *testing.T) {
 		}
 	})
 }
+
+// TestCDCPaths checks an AUTO CDC flow whose key, sequence and a column
+// come from nested fields by path: changes apply by the nested key, and
+// a nested value of the wrong type is a dead letter named by its path.
+func TestCDCPaths(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "cdc_paths_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: customers
+flows:
+  - name: c
+    target: customers
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: `+topic+`
+        columns:
+          - {name: id, type: int64, path: key.id}
+          - {name: city, type: string, nullable: true, path: after.address.city}
+          - {name: seq, type: int64, path: meta.seq}
+    keys: [id]
+    sequence_by: seq
+    except_column_list: [seq]
+`)
+		s.produce(topic,
+			`{"key": {"id": 1}, "after": {"address": {"city": "Oslo"}}, "meta": {"seq": 1}}`,
+			`{"key": {"id": 2}, "after": {"address": {"city": "Rome"}}, "meta": {"seq": 1}}`,
+			`{"key": {"id": 1}, "after": {"address": {"city": "Bergen"}}, "meta": {"seq": 3}}`,
+			`{"key": {"id": 1}, "after": {"address": {"city": "Late"}}, "meta": {"seq": 2}}`,
+			`{"key": {"id": 3}, "after": {"address": {"city": 7}}, "meta": {"seq": 1}}`,
+		)
+		s.update()
+		if got, want := s.rows("customers"), []string{"1,Bergen", "2,Rome"}; !slices.Equal(got, want) {
+			t.Fatalf("customers %q, want %q", got, want)
+		}
+		bad := s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target", "source", "flow", batch.LoadIDColumn)
+		if want := []string{`0/4,type_mismatch,field "after.address.city": 7 is not a string`}; !slices.Equal(bad, want) {
+			t.Fatalf("dead letters %q, want %q", bad, want)
+		}
+	})
+}
