@@ -123,7 +123,9 @@ func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Reco
 	h.r.stampDeadLetters(h.flow, early)
 	h.r.stampDeadLetters(h.flow, dls)
 	counts := h.r.count(nil, h.flow, ContractCount, spec.ContractDiscardRow, int64(len(discarded)))
-	if h.rules != nil {
+	// No rows, no rules: the columns they name may not exist yet (a table
+	// typed by its messages that has none of them).
+	if h.rules != nil && out.Len() > 0 {
 		// The decoded rows are the records that are neither dead letters
 		// nor discarded, in order.
 		recs := make([]int, 0, out.Len())

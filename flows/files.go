@@ -291,7 +291,7 @@ func (r *runner) loadFiles(ctx context.Context, fl *fileLoader, files []backfill
 		}
 		var p *prepared
 		var err error
-		if ch.Records != nil {
+		if fl.rs.lines {
 			p, err = h.(*appendHandler).prepareLines(rctx, ch, byName[ch.File], fl.rs.hive)
 		} else {
 			p, err = h.prepareChunk(rctx, ch)

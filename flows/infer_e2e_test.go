@@ -622,3 +622,33 @@ flows:
 		}
 	})
 }
+
+// TestJSONLEmptyFileWithRules checks that an empty JSONL file, and a file
+// of blank lines, of a table typed by its lines load nothing and fail
+// nothing when the flow has rules.
+func TestJSONLEmptyFileWithRules(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: events
+flows:
+  - name: bf
+    target: events
+    kind: append
+    source: {files: {path: "in/*.jsonl"}}
+    where: 'id > 1'
+`)
+		if err := os.MkdirAll(filepath.Join(s.dir, "in"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, text := range map[string]string{"a.jsonl": "", "b.jsonl": "\n\n", "c.jsonl": `{"id": 1}` + "\n" + `{"id": 2}` + "\n"} {
+			if err := os.WriteFile(filepath.Join(s.dir, "in", name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.update()
+		if got, want := s.rows("events", batch.LoadIDColumn), []string{"2"}; !slices.Equal(got, want) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	})
+}

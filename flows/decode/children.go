@@ -146,14 +146,17 @@ func (d *JSON) hashID(b []byte) string {
 // decodeLists decodes the lists of the row just decoded (d.link) into
 // their child tables. The caller rolls the child rows back on an error.
 func (d *JSON) decodeLists(rec *batch.Record) *Error {
-	if d.suffix == "" && !d.hasID {
-		// A table with child tables has row ids.
-		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: batch.IDColumn, Type: batch.String, Nullable: true})
-	}
 	for _, l := range d.lists {
 		c, e := d.child(l)
-		if e != nil || c == nil {
+		if e != nil {
 			return e
+		}
+		if c == nil {
+			continue // the schema contract leaves this list out
+		}
+		if d.suffix == "" && !d.hasID {
+			// A table with child tables has row ids.
+			d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: batch.IDColumn, Type: batch.String, Nullable: true})
 		}
 		for idx, elem := range l.val.GetArray() {
 			if e := c.element(rec, elem, d, l, idx); e != nil {
@@ -173,6 +176,12 @@ func (d *JSON) child(l pendingList) (*JSON, *Error) {
 	}
 	for _, c := range d.tree.all {
 		if c.suffix == suffix {
+			if c.parent != d.suffix {
+				// Two paths name one table (a.b as a list in an object, and
+				// as a list in each item of the list a).
+				return nil, &Error{Reason: batch.ReasonTypeMismatch, Field: d.prefixed(l.path),
+					Msg: "is a list whose child table is also that of a list at another path: rename one"}
+			}
 			return c, nil
 		}
 	}

@@ -130,3 +130,21 @@ func TestChildTables(t *testing.T) {
 		t.Fatalf("dead letters %v, want extras refused by the contract", dls)
 	}
 }
+
+// TestChildTablesUnderContracts checks that a list the contract leaves out
+// (discard_value, no child table yet) leaves the record's other lists in,
+// and that two paths naming one child table are refused.
+func TestChildTablesUnderContracts(t *testing.T) {
+	root := batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64, Nullable: true}, {Name: batch.IDColumn, Type: batch.String, Nullable: true}}}
+	kids := map[string]batch.Schema{"b": withLinks([]batch.Column{{Name: ValueColumn, Type: batch.Int64, Nullable: true}})}
+	out, rows, dls, found, more := childDecode(t, root, kids, Contract{Columns: DiscardValue, DataType: Freeze},
+		`{"id": 1, "a": [1], "b": [2, 3]}`, `{"id": 2, "b": [4]}`)
+	if out.Len() != 2 || len(dls) != 0 || len(found) != 0 || len(more) != 0 || rows["b"].Len() != 3 {
+		t.Fatalf("rows %d, b %v, dead letters %v, found %v %v; want 2 rows, 3 of b, nothing else", out.Len(), rows["b"], dls, found, more)
+	}
+	_, _, dls, _, _ = childDecode(t, batch.Schema{}, nil, Contract{Columns: Evolve, DataType: Evolve},
+		`{"id": 1, "a": {"b": [1]}}`, `{"id": 2, "a": [{"b": [2]}]}`)
+	if len(dls) != 1 || dls[0].Position != "0/1" || !strings.Contains(dls[0].Error, `field "a[0].b": is a list whose child table is also that of a list at another path`) {
+		t.Fatalf("dead letters %v, want the second path to a__b refused", dls)
+	}
+}

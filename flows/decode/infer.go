@@ -113,6 +113,9 @@ func (d *JSON) misfit(i int, val *fastjson.Value, vec *batch.Vector, e *Error) (
 		name := VariantName(c.name, t)
 		if j, ok := d.index[name]; ok {
 			d.vals[j], d.vals[i] = val, nil
+			if d.keys != nil {
+				d.keys[j], d.text[j] = d.keys[i], d.text[i]
+			}
 			return true, nil
 		}
 		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
@@ -314,6 +317,12 @@ func (d *JSON) columnName(key []byte) normalized {
 func (d *JSON) Renamed() [][2]string {
 	out := d.renamed
 	d.renamed = nil
+	if d.tree != nil {
+		for _, c := range d.tree.all {
+			out = append(out, c.renamed...)
+			c.renamed = nil
+		}
+	}
 	return out
 }
 
@@ -428,7 +437,11 @@ func (d *JSON) leaf(name, path string, val *fastjson.Value, text bool) *Error {
 		if why, ok := d.reserved[name]; ok {
 			return &Error{Reason: batch.ReasonTypeMismatch, Field: path, Msg: why}
 		}
-		return d.stray(name, val)
+		e := d.stray(name, val)
+		if e != nil && e.Field == name && path != "" {
+			e.Field = path // a nested field: named by its path
+		}
+		return e
 	}
 	if d.vals[i] != nil && d.keys[i] != path {
 		return collision(d.keys[i], path, name)
