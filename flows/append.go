@@ -62,7 +62,7 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 	if target == nil {
 		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
-	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f), infers: f.TypedByMessages(r.p)}
+	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f, f.TypedByMessages(r.p)), infers: f.TypedByMessages(r.p)}
 	if f.Source.Kafka != nil && !h.infers {
 		proto, err := decode.NewJSON(f.SourceSchema(), f.SourceUnits(r.p))
 		if err != nil {

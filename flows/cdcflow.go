@@ -174,7 +174,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 	if err != nil {
 		return nil, err
 	}
-	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng, rules: newFlowRules(f)}
+	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng, rules: newFlowRules(f, false)}
 	if f.Source.Kafka == nil {
 		return h, nil // a file source: the backfill readers decode
 	}

@@ -20,15 +20,18 @@ import (
 // (a files source's chunks carry its Hive columns).
 type flowRules struct {
 	flow *spec.Flow
-	mu   sync.Mutex
-	by   map[string]*rules.Rules
+	// lenient: the flow's columns come from its messages, and a name its
+	// rules use may be no column yet (rules.New).
+	lenient bool
+	mu      sync.Mutex
+	by      map[string]*rules.Rules
 }
 
-func newFlowRules(f *spec.Flow) *flowRules {
+func newFlowRules(f *spec.Flow, lenient bool) *flowRules {
 	if len(f.ComputedColumns) == 0 && f.Where == "" && len(f.Expectations) == 0 {
 		return nil
 	}
-	return &flowRules{flow: f, by: map[string]*rules.Rules{}}
+	return &flowRules{flow: f, lenient: lenient, by: map[string]*rules.Rules{}}
 }
 
 func (fr *flowRules) of(s batch.Schema) (*rules.Rules, error) {
@@ -38,7 +41,7 @@ func (fr *flowRules) of(s batch.Schema) (*rules.Rules, error) {
 	if r, ok := fr.by[key]; ok {
 		return r, nil
 	}
-	r, err := rules.New(fr.flow, s)
+	r, err := rules.New(fr.flow, s, fr.lenient)
 	if err != nil {
 		return nil, fmt.Errorf("flow %s: %w", fr.flow.Name, err)
 	}

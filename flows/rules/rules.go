@@ -83,8 +83,10 @@ type Result struct {
 }
 
 // New compiles a flow's rules over the records of source (its decoded
-// columns). It returns nil when the flow has none.
-func New(f *spec.Flow, source batch.Schema) (*Rules, error) {
+// columns). It returns nil when the flow has none. With lenient (a table
+// typed by its messages, whose columns come as its messages bring them),
+// a name that is no column yet is NULL in every record.
+func New(f *spec.Flow, source batch.Schema, lenient bool) (*Rules, error) {
 	if len(f.ComputedColumns) == 0 && f.Where == "" && len(f.Expectations) == 0 {
 		return nil, nil
 	}
@@ -94,12 +96,33 @@ func New(f *spec.Flow, source batch.Schema) (*Rules, error) {
 		for _, c := range r.out.Columns {
 			typed[c.Name] = reflect.Zero(cdc.ExprType(c.Type)).Interface()
 		}
+		var undefined []string // lenient: names that are no column yet, NULL
+		if lenient {
+			opts = append(opts, expr.AllowUndefinedVariables())
+			if tree, err := parser.Parse(src); err == nil {
+				callees := map[ast.Node]bool{}
+				ast.Find(tree.Node, func(n ast.Node) bool {
+					if c, ok := n.(*ast.CallNode); ok {
+						callees[c.Callee] = true
+					}
+					return false
+				})
+				ast.Find(tree.Node, func(n ast.Node) bool {
+					if id, ok := n.(*ast.IdentifierNode); ok && !callees[n] {
+						if _, col := typed[id.Value]; !col && !slices.Contains(undefined, id.Value) {
+							undefined = append(undefined, id.Value)
+						}
+					}
+					return false
+				})
+			}
+		}
 		p, err := expr.Compile(src, append([]expr.Option{expr.Env(typed)}, opts...)...)
 		if err != nil {
 			msg, _, _ := strings.Cut(err.Error(), "\n")
 			return program{}, fmt.Errorf("%s: expression %q: %s", what, src, msg)
 		}
-		out := program{src: src, prog: p}
+		out := program{src: src, prog: p, refs: undefined}
 		if tree, err := parser.Parse(src); err == nil {
 			ast.Find(tree.Node, func(n ast.Node) bool {
 				if _, ok := n.(*ast.NilNode); ok {

@@ -47,7 +47,7 @@ func TestApply(t *testing.T) {
 			{Name: "known_country", Expr: "country != nil"},
 		},
 	}
-	r, err := New(f, source())
+	r, err := New(f, source(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestApply(t *testing.T) {
 
 func TestFail(t *testing.T) {
 	f := &spec.Flow{Expectations: []spec.Expectation{{Name: "id_small", Expr: "id < 3", OnViolation: spec.ViolationFail}}}
-	r, err := New(f, source())
+	r, err := New(f, source(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestFail(t *testing.T) {
 }
 
 func TestNoRules(t *testing.T) {
-	if r, err := New(&spec.Flow{}, source()); r != nil || err != nil {
+	if r, err := New(&spec.Flow{}, source(), false); r != nil || err != nil {
 		t.Fatalf("New without rules = %v, %v; want nil", r, err)
 	}
 }
@@ -119,7 +119,7 @@ func fmtAny(v any) string {
 // TestWhereNull checks that a filter that is null for a row (a comparison
 // with a null value) leaves the row out, as SQL's WHERE does.
 func TestWhereNull(t *testing.T) {
-	r, err := New(&spec.Flow{Where: `country != "XX"`}, source())
+	r, err := New(&spec.Flow{Where: `country != "XX"`}, source(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestPass(t *testing.T) {
 		Where:           `country == "NL"`,
 		Expectations:    []spec.Expectation{{Name: "positive", Expr: "amount > 0", OnViolation: spec.ViolationFail}},
 	}
-	r, err := New(f, source())
+	r, err := New(f, source(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +147,35 @@ func TestPass(t *testing.T) {
 	}
 	if !res.Batch.Vectors[3].IsNull(0) || res.Batch.Vectors[3].Ints[1] != -100 {
 		t.Fatalf("computed cents %v", res.Batch.Vectors[3])
+	}
+}
+
+// TestLenient checks that, for a table typed by its messages, a name that
+// is no column yet is NULL: a comparison with it is null (a where leaves
+// the row out, an expectation violates nothing), a test for nil is true,
+// a computed column over it is null; without lenient it is an error.
+func TestLenient(t *testing.T) {
+	f := &spec.Flow{
+		Where:           `score == nil || score > 1`,
+		Expectations:    []spec.Expectation{{Name: "tiered", Expr: `tier != "gold"`, OnViolation: spec.ViolationDrop}},
+		ComputedColumns: []spec.ComputedColumn{{Name: "twice", Type: batch.Int64, Nullable: true, Expr: "len(note) * 2"}},
+	}
+	if _, err := New(f, source(), false); err == nil || !strings.Contains(err.Error(), "unknown name") {
+		t.Fatalf("New, not lenient: %v, want an unknown name", err)
+	}
+	r, err := New(f, source(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Apply(rows(t, [3]any{1, 1.0, "NL"}, [3]any{2, 1.0, "NL"}), nil)
+	if len(res.Rows) != 2 || res.Filtered != 0 || len(res.Rejects) != 0 || res.Violated["tiered"] != 0 {
+		t.Fatalf("rows %v, filtered %d, rejects %v, violated %v; want both rows kept", res.Rows, res.Filtered, res.Rejects, res.Violated)
+	}
+	only := &spec.Flow{Where: `score > 1`}
+	if r, err := New(only, source(), true); err != nil || r.Apply(rows(t, [3]any{1, 1.0, "NL"}), nil).Filtered != 1 {
+		t.Fatalf("where over a name that is no column: %v, want the row filtered (null)", err)
+	}
+	if v := res.Batch.Column("twice").Value(0); v != nil {
+		t.Fatalf("twice %v, want null", v)
 	}
 }
