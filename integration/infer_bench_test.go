@@ -3,17 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
-	"github.com/sluicehq/sluice/flows/spec"
-	sinkdest "github.com/sluicehq/sluice/sinks/destination"
 )
 
 // inferredOrdersSpec is the demo's orders pipeline with no columns
@@ -55,16 +50,16 @@ func BenchmarkAppendInferredLocal(b *testing.B) {
 	for b.Loop() {
 		// The first run of a process is slower whatever it runs (the
 		// broker's and the heap's warm-up): it only gives the columns.
-		_, cols := appendOrders(ctx, b, inferredSpec, n)
+		_, cols := loadTopic(ctx, b, inferredSpec, n)
 		declaredSpec := declaredOrdersSpec(broker.Addr(), cols)
 		var inferred, declared []time.Duration
 		for range inferenceRounds {
-			took, again := appendOrders(ctx, b, declaredSpec, n)
+			took, again := loadTopic(ctx, b, declaredSpec, n)
 			if !cols.Equal(again) {
 				b.Fatalf("declared table has columns %v, the inferred one %v", again, cols)
 			}
 			declared = append(declared, took)
-			took, _ = appendOrders(ctx, b, inferredSpec, n)
+			took, _ = loadTopic(ctx, b, inferredSpec, n)
 			inferred = append(inferred, took)
 		}
 		slices.Sort(inferred)
@@ -99,42 +94,4 @@ func declaredOrdersSpec(brokerAddr string, cols batch.Schema) string {
 		fmt.Fprintf(&decl, "      - {name: %s, type: %q, nullable: %t}\n", c.Name, c.Type, c.Nullable)
 	}
 	return strings.Replace(fmt.Sprintf(inferredOrdersSpec, brokerAddr, "./data"), "  - name: orders\n", decl.String(), 1)
-}
-
-// appendOrders runs update of specText in a fresh directory, checks that
-// the target holds n rows, and returns how long update took and the
-// target's columns.
-func appendOrders(ctx context.Context, b *testing.B, specText string, n int) (time.Duration, batch.Schema) {
-	b.Helper()
-	dir := b.TempDir()
-	specPath := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(specPath, []byte(specText), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	p, err := spec.Load(specPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sink, err := sinkdest.Open(ctx, p, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sink.Close()
-	start := time.Now()
-	if err := flows.Execute(ctx, p, sink, flows.Options{Mode: flows.ModeUpdate}); err != nil {
-		b.Fatal(err)
-	}
-	took := time.Since(start)
-	got, err := sink.Scan(ctx, "orders")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if got.Len() != n {
-		b.Fatalf("sluice loaded %d rows, want %d", got.Len(), n)
-	}
-	cols, err := sink.Columns(ctx, "orders")
-	if err != nil {
-		b.Fatal(err)
-	}
-	return took, cols
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/sample"
 	"github.com/sluicehq/sluice/flows/spec"
 	sinkdest "github.com/sluicehq/sluice/sinks/destination"
@@ -85,7 +86,8 @@ func benchNested(b *testing.B, kind string) {
 		if kind == "clickhouse" {
 			dest = newClickHouseDest(b, addr).yaml()
 		}
-		return loadTopic(ctx, b, fmt.Sprintf(nestedBenchSpec, broker.Addr(), dest, topic), n)
+		took, _ := loadTopic(ctx, b, fmt.Sprintf(nestedBenchSpec, broker.Addr(), dest, topic), n)
+		return took
 	}
 	for b.Loop() {
 		run("flat") // a process's first run is slower, whatever it runs
@@ -106,9 +108,10 @@ func benchNested(b *testing.B, kind string) {
 	}
 }
 
-// loadTopic runs update of specText in a fresh folder, checks that orders
-// holds n rows, and returns how long the update took.
-func loadTopic(ctx context.Context, b *testing.B, specText string, n int) time.Duration {
+// loadTopic runs update of specText in a fresh folder, checks that table
+// orders holds n rows, and returns how long the update took and the
+// table's columns.
+func loadTopic(ctx context.Context, b *testing.B, specText string, n int) (time.Duration, batch.Schema) {
 	b.Helper()
 	specPath := filepath.Join(b.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(specPath, []byte(specText), 0o644); err != nil {
@@ -135,5 +138,9 @@ func loadTopic(ctx context.Context, b *testing.B, specText string, n int) time.D
 	if got.Len() != n {
 		b.Fatalf("sluice loaded %d orders, want %d", got.Len(), n)
 	}
-	return took
+	cols, err := sink.Columns(ctx, "orders")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return took, cols
 }
