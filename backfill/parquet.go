@@ -82,6 +82,8 @@ type parquetReader struct {
 	done    bool
 	err     error
 	bad     []badRow
+	lists   []*listReader // ReadOptions.Children: the file's lists
+	idCol   int           // ReadOptions.Children: the index of batch.IDColumn in schema; -1 without
 }
 
 func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions) (_ Reader, err error) {
@@ -105,9 +107,20 @@ func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions)
 			return nil, &FileError{File: f.Name, Column: l.name, Err: fmt.Errorf("columns %q and %q of the file both become %s: rename one, or set naming: direct", other.path, l.path, l.name)}
 		}
 		byName[l.name] = l
+		if kid, ok := opts.Children[l.name]; ok && l.list != nil {
+			lr, err := newListReader(l, kid, opts.Names)
+			if err != nil {
+				return nil, &FileError{File: f.Name, Column: l.path, Err: err}
+			}
+			r.lists = append(r.lists, lr)
+		}
+	}
+	r.idCol = -1
+	if opts.Children != nil {
+		r.idCol = schema.Index(batch.IDColumn)
 	}
 	for i, c := range schema.Columns {
-		if consts[i] != nil {
+		if consts[i] != nil || i == r.idCol {
 			continue
 		}
 		pc := byName[c.Name].col
@@ -184,6 +197,17 @@ func (r *parquetReader) Next(ctx context.Context) (c *Chunk, err error) {
 	c.FirstRow, c.RowGroup = r.next, int64(r.rgOf(r.next))
 	b := batch.New(r.schema, n)
 	r.bad = r.bad[:0]
+	var ids []string // with lists: the rows' ids
+	kids := map[string]*listRows{}
+	if len(r.lists) > 0 || r.idCol >= 0 {
+		ids = make([]string, n)
+		for i := range ids {
+			ids[i] = rowID(r.file.Name, r.next+int64(i))
+		}
+		for _, lr := range r.lists {
+			kids[lr.suffix] = &listRows{batch: batch.New(lr.schema, n)}
+		}
+	}
 	for filled := 0; filled < n; {
 		if r.rg < 0 || r.rgRow == r.rgRows(r.rg) {
 			if err := r.openRowGroup(r.rg + 1); err != nil {
@@ -192,9 +216,16 @@ func (r *parquetReader) Next(ctx context.Context) (c *Chunk, err error) {
 			continue
 		}
 		k := int(min(int64(n-filled), r.rgRows(r.rg)-r.rgRow))
+		for _, lr := range r.lists {
+			lr.emit(kids[lr.suffix], int(r.rgRow), k, filled, ids, &r.bad)
+		}
 		for i, col := range r.cols {
 			v := b.Vectors[i]
 			switch {
+			case i == r.idCol:
+				for j := range k {
+					v.AppendString(ids[filled+j])
+				}
 			case col != nil:
 				if err := col.read(v, k, &r.bad); err != nil {
 					return nil, r.fail(col.name, fmt.Errorf("row group %d: %w", r.rg, err))
@@ -221,6 +252,18 @@ func (r *parquetReader) Next(ctx context.Context) (c *Chunk, err error) {
 			if null {
 				r.bad = append(r.bad, badRow{row: row, field: col.Name, reason: batch.ReasonMissingField, msg: "null, and the column is not nullable"})
 			}
+		}
+	}
+	dropped := map[int]bool{}
+	for _, bad := range r.bad {
+		dropped[bad.row] = true
+	}
+	for suffix, k := range kids {
+		if kb := k.keep(dropped); kb.Len() > 0 {
+			if c.Children == nil {
+				c.Children = map[string]*batch.Batch{}
+			}
+			c.Children[suffix] = kb
 		}
 	}
 	if len(r.bad) > 0 {
@@ -301,6 +344,11 @@ func (r *parquetReader) openRowGroup(i int) error {
 			return r.fail(col.name, fmt.Errorf("corrupt Parquet file: row group %d has no column chunk %d", i, col.leaf))
 		}
 		col.open(chunks[col.leaf].Pages())
+	}
+	for _, lr := range r.lists {
+		if err := lr.open(chunks, r.rgRows(i)); err != nil {
+			return r.fail(lr.path, fmt.Errorf("row group %d: %w", i, err))
+		}
 	}
 	r.rg, r.rgRow = i, 0
 	return nil

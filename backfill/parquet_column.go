@@ -38,10 +38,16 @@ type pqCol struct {
 	vi        int    // the page's next non-null value
 	present   int    // non-null values of the page
 	def       []byte // definition levels; nil for a required column
-	converted bool
-	vals      valueSet
-	dict      parquet.Dictionary
-	dvals     valueSet
+	// slots: a repeated column (a list's element) read by level slot, not
+	// by row; rep holds the page's repetition levels, and read appends
+	// the levels of the slots it reads to reps and defs.
+	slots      bool
+	rep        []byte
+	reps, defs []byte
+	converted  bool
+	vals       valueSet
+	dict       parquet.Dictionary
+	dvals      valueSet
 }
 
 // valueSet holds the non-null values of a page (or a dictionary), converted
@@ -103,6 +109,9 @@ func (c *pqCol) nextPage() error {
 			return fmt.Errorf("corrupt Parquet file: %w", err)
 		}
 		rows := int(p.NumRows())
+		if c.slots {
+			rows = int(p.NumValues())
+		}
 		if rows == 0 {
 			parquet.Release(p)
 			continue
@@ -115,6 +124,11 @@ func (c *pqCol) nextPage() error {
 				return fmt.Errorf("corrupt Parquet file: page of %d rows has %d definition levels", rows, len(c.def))
 			}
 			c.present = countDefined(c.def, c.maxDef)
+		}
+		if c.slots {
+			if c.rep = p.RepetitionLevels(); len(c.rep) != rows || c.def == nil {
+				return fmt.Errorf("corrupt Parquet file: page of %d values has %d repetition levels", rows, len(c.rep))
+			}
 		}
 		return nil
 	}
@@ -166,6 +180,10 @@ func (c *pqCol) read(v *batch.Vector, k int, bad *[]badRow) error {
 			c.converted = true
 		}
 		t := min(k, c.rows-c.row)
+		if c.slots {
+			c.reps = append(c.reps, c.rep[c.row:c.row+t]...)
+			c.defs = append(c.defs, c.def[c.row:c.row+t]...)
+		}
 		base, vi0 := v.Len(), c.vi
 		switch v.Type.Kind {
 		case batch.KindInt64, batch.KindDate, batch.KindTimestamp:

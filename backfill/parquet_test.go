@@ -901,3 +901,92 @@ func TestParquetStructs(t *testing.T) {
 		t.Errorf("schema of a file with a list: %v, want a FileError naming tags", err)
 	}
 }
+
+// TestParquetLists checks that the lists of a table typed by its files
+// become child rows: each element linked to its row, null and empty lists
+// without any, a bad element making its row (and its elements) a dead
+// letter named by its path, and a resumed read giving the same ids.
+func TestParquetLists(t *testing.T) {
+	type item struct {
+		SKU *string `parquet:"sku,optional"`
+		Qty int64   `parquet:"qty"`
+	}
+	type row struct {
+		ID    int64    `parquet:"id"`
+		Items []item   `parquet:"items,list"`
+		Tags  []string `parquet:"tags,list"`
+	}
+	sp := func(s string) *string { return &s }
+	rows := []row{
+		{ID: 1, Items: []item{{sp("a"), 2}, {nil, 1}}, Tags: []string{"x"}},
+		{ID: 2},
+		{ID: 3, Items: []item{{sp("caf\xe9"), 1}}},
+		{ID: 4, Tags: []string{"y", "z"}},
+	}
+	path := filepath.Join(t.TempDir(), "l.parquet")
+	if err := parquet.WriteFile(path, rows); err != nil {
+		t.Fatal(err)
+	}
+	root, _, kids, err := ParquetTables(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := root.Names(); !slices.Equal(got, []string{"id"}) {
+		t.Fatalf("root %v", got)
+	}
+	if got := kids["items"].Names(); !slices.Equal(got, []string{"sku", "qty"}) {
+		t.Fatalf("items %v", got)
+	}
+	if got := kids["tags"].Names(); !slices.Equal(got, []string{"value"}) {
+		t.Fatalf("tags %v", got)
+	}
+	links := []batch.Column{{Name: batch.RootIDColumn, Type: batch.String}, {Name: batch.ParentIDColumn, Type: batch.String},
+		{Name: batch.ListIdxColumn, Type: batch.Int64}, {Name: batch.IDColumn, Type: batch.String}}
+	children := map[string]batch.Schema{
+		"items": {Columns: append(slices.Clone(links), kids["items"].Columns...)},
+		"tags":  {Columns: append(slices.Clone(links), kids["tags"].Columns...)},
+	}
+	s := cols(col("id", batch.Int64, false), col(batch.IDColumn, batch.String, true))
+	read := func(start int64) ([]string, map[string][]string, []string) {
+		chunks, err := readAll(t, fileOf(t, path), FormatParquet, s, ReadOptions{Children: children, Start: start, MaxRows: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]string{}
+		var out []string
+		got := map[string][]string{}
+		var dls []string
+		for _, c := range chunks {
+			for i := range c.Batch.Len() {
+				id := c.Batch.Vectors[1].Value(i).(string)
+				ids[id] = fmt.Sprint(c.Batch.Vectors[0].Value(i))
+				out = append(out, ids[id]+":"+id)
+			}
+			for _, d := range c.DeadLetters {
+				dls = append(dls, d.Position+" "+d.Reason+" "+d.Error)
+			}
+			for suffix, b := range c.Children {
+				for i := range b.Len() {
+					vals := []string{ids[b.Vectors[1].Value(i).(string)], fmt.Sprint(b.Vectors[2].Value(i))}
+					for _, v := range b.Vectors[4:] {
+						vals = append(vals, fmt.Sprint(v.Value(i)))
+					}
+					got[suffix] = append(got[suffix], strings.Join(vals, ","))
+				}
+			}
+		}
+		return out, got, dls
+	}
+	all, got, dls := read(0)
+	if want := map[string][]string{"items": {"1,0,a,2", "1,1,<nil>,1"}, "tags": {"1,0,x", "4,0,y", "4,1,z"}}; !cmp.Equal(got, want) {
+		t.Fatalf("child rows %v, want %v", got, want)
+	}
+	if want := []string{`3 invalid_utf8 field "items[0].sku": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`}; !slices.Equal(dls, want) {
+		t.Fatalf("dead letters %q, want %q", dls, want)
+	}
+	// A read resumed at row 3 gives row 4 and its tags the same ids.
+	later, got, _ := read(3)
+	if len(later) != 1 || later[0] != all[len(all)-1] || len(got["tags"]) != 2 {
+		t.Fatalf("resumed read %v %v, want row 4 as before (%v)", later, got, all)
+	}
+}

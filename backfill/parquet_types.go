@@ -1,6 +1,7 @@
 package backfill
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/parquet-go/parquet-go"
@@ -221,11 +222,111 @@ func ParquetColumns(path string, names func(string) string) (s batch.Schema, raw
 	return s, raw, nil
 }
 
+// ParquetTables is ParquetColumns for a table typed by its files, which
+// takes lists: a list of scalars, or of structs of scalars, is the child
+// table <table>__<column> (docs/schema.md#child-tables), returned by the
+// part of its name after <table>__ with its columns (value, or the
+// struct's fields by path), all nullable, without the link columns. A
+// list inside an element, or a map, is an error naming it.
+func ParquetTables(path string, names func(string) string) (s batch.Schema, raw []string, kids map[string]batch.Schema, err error) {
+	f := File{Name: path, Path: path}
+	pf, closeFile, err := openParquetFile(f)
+	if err != nil {
+		return batch.Schema{}, nil, nil, err
+	}
+	defer closeFile()
+	for _, l := range parquetLeaves(pf.Root(), names) {
+		if l.list != nil {
+			cols, err := listColumns(l, names)
+			if err != nil {
+				return batch.Schema{}, nil, nil, &FileError{File: path, Column: l.path, Err: err}
+			}
+			if kids == nil {
+				kids = map[string]batch.Schema{}
+			}
+			kids[l.name] = batch.Schema{Columns: cols}
+			continue
+		}
+		t := columnType(l.col)
+		if t.err != "" {
+			return batch.Schema{}, nil, nil, &FileError{File: path, Column: l.path, Err: fmt.Errorf("%s; declare the source's columns to leave it out", t.err)}
+		}
+		s.Columns = append(s.Columns, batch.Column{Name: l.name, Type: t.typ, Nullable: l.col.MaxDefinitionLevel() > 0})
+		raw = append(raw, l.path)
+	}
+	return s, raw, kids, nil
+}
+
+// listColumns returns the columns of the child table of a list, and its
+// element's leaves by column.
+func listColumns(l pqLeaf, names func(string) string) ([]batch.Column, error) {
+	leaves, err := elementLeaves(l, names)
+	if err != nil {
+		return nil, err
+	}
+	cols := make([]batch.Column, len(leaves))
+	for i, e := range leaves {
+		cols[i] = batch.Column{Name: e.name, Type: columnType(e.col).typ, Nullable: true}
+	}
+	return cols, nil
+}
+
+// elementLeaves returns the leaves of a list's element: the element
+// itself as column value, or a struct's fields by path.
+func elementLeaves(l pqLeaf, names func(string) string) ([]pqLeaf, error) {
+	if l.list.Leaf() {
+		if t := columnType(l.list); t.err != "" {
+			return nil, fmt.Errorf("its elements: %s", t.err)
+		}
+		return []pqLeaf{{name: "value", path: l.path, col: l.list}}, nil
+	}
+	if !isStruct(l.list) {
+		return nil, errors.New("a list of lists or maps has no child table yet; declare the source's columns to leave it out")
+	}
+	leaves := parquetLeaves(l.list, names)
+	for _, e := range leaves {
+		if e.list != nil || !e.col.Leaf() {
+			return nil, fmt.Errorf("field %s of its elements is a list or a map, which has no child table yet; declare the source's columns to leave it out", e.path)
+		}
+		if t := columnType(e.col); t.err != "" {
+			return nil, fmt.Errorf("field %s of its elements: %s", e.path, t.err)
+		}
+	}
+	return leaves, nil
+}
+
 // pqLeaf is a column of a Parquet file as sluice reads it.
 type pqLeaf struct {
 	name string // the column's name: the names of its path joined by "__"
 	path string // its path in the file, joined by "."
 	col  *parquet.Column
+	// list is the element of a list (col a LIST group of the standard
+	// three levels), nil for any other column.
+	list *parquet.Column
+}
+
+// listElement returns the element of a LIST group of the standard three
+// levels (group (LIST) { repeated group list { element } }), nil for any
+// other column.
+func listElement(pc *parquet.Column) *parquet.Column {
+	if pc.Leaf() || pc.Repeated() {
+		return nil
+	}
+	lt := pc.Type().LogicalType()
+	ct := pc.Type().ConvertedType()
+	if !(lt != nil && isListType(lt)) && !(ct != nil && *ct == deprecated.List) {
+		return nil
+	}
+	cols := pc.Columns()
+	if len(cols) != 1 || !cols[0].Repeated() || cols[0].Leaf() || len(cols[0].Columns()) != 1 {
+		return nil
+	}
+	return cols[0].Columns()[0]
+}
+
+func isListType(lt *format.LogicalType) bool {
+	_, ok := lt.Value.(*format.ListType)
+	return ok
 }
 
 // parquetLeaves lists the columns of a Parquet file as sluice reads them:
@@ -249,7 +350,7 @@ func parquetLeaves(root *parquet.Column, names func(string) string) []pqLeaf {
 				walk(c, cname, cpath)
 				continue
 			}
-			out = append(out, pqLeaf{name: cname, path: cpath, col: c})
+			out = append(out, pqLeaf{name: cname, path: cpath, col: c, list: listElement(c)})
 		}
 	}
 	walk(root, "", "")

@@ -64,6 +64,12 @@ type ReadOptions struct {
 	Units decode.Units
 	// Paths names the nested fields JSONL columns take (decode.Paths).
 	Paths decode.Paths
+	// Children, for a Parquet table typed by its files, gives the child
+	// tables its lists fill (by the part of their names after <table>__,
+	// each with its columns, the link columns among them): each chunk's
+	// child rows are in Chunk.Children, and a wanted batch.IDColumn is
+	// the rows' ids. A bad element makes its row a dead letter.
+	Children map[string]batch.Schema
 	// Lines makes a JSONL read return its lines undecoded, in
 	// Chunk.Records, for a caller that decodes them itself (a table typed
 	// by its lines); the schema and Hive are then not used.
@@ -109,7 +115,10 @@ type Chunk struct {
 	// batch.Record of the file's name, batch.LinePartition and its line
 	// number.
 	Records []batch.Record
-	File    string // the File's Name
+	// Children holds the chunk's child rows under ReadOptions.Children,
+	// by child table, those of dead-lettered rows left out.
+	Children map[string]*batch.Batch
+	File     string // the File's Name
 	// RowGroup is the Parquet row group of the chunk's first row (chunks may
 	// span row groups); -1 for JSONL.
 	RowGroup int64

@@ -164,21 +164,27 @@ func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Reco
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
-	p, err := h.appendRows(out, dls, counts)
-	if err != nil || len(kids) == 0 {
-		return p, err
-	}
-	write := p.write
-	p.write = func(ctx context.Context, ld sinks.Load) error {
-		// A record's child rows are in the load of its row.
-		for _, suffix := range slices.Sorted(maps.Keys(kids)) {
-			if err := h.r.writeRows(ctx, ld, h.flow.Target+"__"+suffix, kids[suffix]); err != nil {
-				return err
-			}
+	return h.withChildren(h.appendRows(out, dls, counts))(kids)
+}
+
+// withChildren has a prepared load write the child rows of its rows too:
+// a record's child rows are in the load of its row.
+func (h *appendHandler) withChildren(p *prepared, err error) func(kids map[string]*batch.Batch) (*prepared, error) {
+	return func(kids map[string]*batch.Batch) (*prepared, error) {
+		if err != nil || len(kids) == 0 {
+			return p, err
 		}
-		return write(ctx, ld)
+		write := p.write
+		p.write = func(ctx context.Context, ld sinks.Load) error {
+			for _, suffix := range slices.Sorted(maps.Keys(kids)) {
+				if err := h.r.writeRows(ctx, ld, h.flow.Target+"__"+suffix, kids[suffix]); err != nil {
+					return err
+				}
+			}
+			return write(ctx, ld)
+		}
+		return p, nil
 	}
-	return p, nil
 }
 
 // keepChildren returns the child rows of the rows of root: those whose
@@ -317,19 +323,22 @@ func (h *appendHandler) decoder() (*decode.JSON, error) {
 func (h *appendHandler) prepareChunk(_ context.Context, ch *backfill.Chunk) (*prepared, error) {
 	dls := ch.DeadLetters
 	h.r.stampDeadLetters(h.flow, dls)
-	out := ch.Batch
+	out, kids := ch.Batch, ch.Children
 	var counts *batch.Batch
-	if h.rules != nil {
+	if h.rules != nil && out.Len() > 0 {
 		res, err := h.rules.apply(h.r, out, nil, rowDeadLetter(out, ch.File, ch.Row))
 		if err != nil {
 			return nil, err
+		}
+		if len(kids) > 0 && res.batch.Len() < out.Len() {
+			kids = keepChildren(res.batch, kids)
 		}
 		out, counts, dls = res.batch, res.counts, append(dls, res.dls...)
 	}
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
-	return h.appendRows(out, dls, counts)
+	return h.withChildren(h.appendRows(out, dls, counts))(kids)
 }
 
 func (h *appendHandler) appendRows(out *batch.Batch, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {

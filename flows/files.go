@@ -375,6 +375,9 @@ type readSchema struct {
 	// lines is set for JSONL files of a table typed by its lines: they are
 	// read undecoded, and decoded as messages are (appendHandler).
 	lines bool
+	// children are the child tables of a Parquet table typed by its
+	// files, by the part of their names after <table>__.
+	children map[string]batch.Schema
 }
 
 // filesSchema works out the columns a files flow reads: the source's
@@ -396,6 +399,11 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 		return rs, err
 	}
 	rs.wanted = r.sourceSchema(f)
+	if f.DataTold(r.p) && f.Kind == spec.KindAppend {
+		if kids := r.childSchemas(f.Target); len(kids) > 0 {
+			rs.children = kids
+		}
+	}
 	if len(rs.wanted.Columns) == 0 && f.Kind == spec.KindAppend {
 		rs.wanted = sourceColumns(f, r.tableSchema(f.Target))
 	}
@@ -422,7 +430,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 
 // open opens a file to read from row start.
 func (rs readSchema) open(f *spec.Flow, fl backfill.File, start int64) (backfill.Reader, error) {
-	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Paths: rs.paths, Names: rs.names, Lines: rs.lines})
+	return backfill.Open(fl, rs.format, rs.wanted, backfill.ReadOptions{Start: start, MaxRows: f.Batch.Rows, MaxBytes: f.Batch.Bytes, Hive: rs.inRead, Units: rs.units, Paths: rs.paths, Names: rs.names, Lines: rs.lines, Children: rs.children})
 }
 
 // showProgress shows a flow's file progress (Options.Progress) until stop.

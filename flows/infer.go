@@ -167,6 +167,17 @@ func (r *runner) tables(names ...string) []sinks.Table {
 	return out
 }
 
+// family returns table and its child tables; the caller holds dataMu.
+func (r *runner) family(table string) []string {
+	out := []string{table}
+	for _, name := range slices.Sorted(maps.Keys(r.children)) {
+		if r.children[name].root == table {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // childSchemas returns the child tables of table, by the part of their
 // names after <table>__, for its decoders.
 func (r *runner) childSchemas(table string) map[string]batch.Schema {
@@ -220,9 +231,19 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 			}
 		}
 	}
-	s, renamed, err := unionFileSchemas(files, r.dataNames())
+	s, renamed, kids, err := unionFileSchemas(files, r.dataNames())
 	if err != nil {
 		return batch.Schema{}, err
+	}
+	if len(kids) > 0 {
+		if f.Kind != spec.KindAppend {
+			return batch.Schema{}, fmt.Errorf("the files have lists (%s), whose child tables belong to append targets: declare the source's columns to leave them out",
+				strings.Join(slices.Sorted(maps.Keys(kids)), ", "))
+		}
+		r.noteFileChildren(f.Target, kids)
+		if s.Index(batch.IDColumn) < 0 {
+			s.Columns = append(s.Columns, batch.Column{Name: batch.IDColumn, Type: batch.String, Nullable: true})
+		}
 	}
 	if !hive || len(s.Columns) == 0 {
 		return s, nil
@@ -240,6 +261,22 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 		}
 	}
 	return s, nil
+}
+
+// noteFileChildren records the child tables the lists of a table typed
+// by its files fill (by the part of their names after <table>__), with
+// the columns they had before and those the files add; the caller holds
+// dataMu or is alone.
+func (r *runner) noteFileChildren(table string, kids map[string]batch.Schema) {
+	for suffix, cols := range kids {
+		name := table + "__" + suffix
+		have := r.children[name].schema
+		if len(have.Columns) == 0 {
+			have = linkColumns()
+		}
+		have, _ = addColumns(have, cols.Columns)
+		r.children[name] = childTable{root: table, parent: table, schema: have}
+	}
 }
 
 // dataNames is how names from the data become column names under the
@@ -267,13 +304,26 @@ func (r *runner) namesOf(f *spec.Flow) func(string) string {
 // column whose type differs between two files is an error naming both, as
 // are two columns of one file with the same name. renamed gives, for a
 // column whose name differs from a file's, that name.
-func unionFileSchemas(files []backfill.File, names func(string) string) (out batch.Schema, renamed map[string]string, err error) {
+func unionFileSchemas(files []backfill.File, names func(string) string) (out batch.Schema, renamed map[string]string, kids map[string]batch.Schema, err error) {
 	from := map[string]string{} // column → the file that first had it
 	renamed = map[string]string{}
 	for i, fl := range files {
-		s, paths, err := backfill.ParquetColumns(fl.Path, names)
+		s, paths, lists, err := backfill.ParquetTables(fl.Path, names)
 		if err != nil {
-			return batch.Schema{}, nil, err
+			return batch.Schema{}, nil, nil, err
+		}
+		for suffix, ks := range lists {
+			if kids == nil {
+				kids = map[string]batch.Schema{}
+			}
+			have := kids[suffix]
+			for _, c := range ks.Columns {
+				if k := have.Index(c.Name); k >= 0 && have.Columns[k].Type != c.Type {
+					return batch.Schema{}, nil, nil, fmt.Errorf("field %s of the elements of list %s is %s in %s but %s in an earlier file: declare the source's columns, or make the files agree",
+						c.Name, suffix, c.Type, fl.Name, have.Columns[k].Type)
+				}
+			}
+			kids[suffix], _ = addColumns(have, ks.Columns)
 		}
 		raw := map[string]string{}
 		for j, c := range s.Columns {
@@ -282,7 +332,7 @@ func unionFileSchemas(files []backfill.File, names func(string) string) (out bat
 				if names == nil {
 					how = "(a nested field's column is named by its path): rename one"
 				}
-				return batch.Schema{}, nil, fmt.Errorf("%s: columns %q and %q both become %s %s", fl.Name, other, paths[j], c.Name, how)
+				return batch.Schema{}, nil, nil, fmt.Errorf("%s: columns %q and %q both become %s %s", fl.Name, other, paths[j], c.Name, how)
 			}
 			raw[c.Name] = paths[j]
 			if c.Name != paths[j] {
@@ -297,7 +347,7 @@ func unionFileSchemas(files []backfill.File, names func(string) string) (out bat
 				out.Columns = append(out.Columns, c)
 				from[c.Name] = fl.Name
 			case out.Columns[k].Type != c.Type:
-				return batch.Schema{}, nil, fmt.Errorf("column %s is %s in %s but %s in %s: declare the source's columns, or make the files agree",
+				return batch.Schema{}, nil, nil, fmt.Errorf("column %s is %s in %s but %s in %s: declare the source's columns, or make the files agree",
 					c.Name, c.Type, fl.Name, out.Columns[k].Type, from[c.Name])
 			default:
 				out.Columns[k].Nullable = out.Columns[k].Nullable || c.Nullable
@@ -309,7 +359,7 @@ func unionFileSchemas(files []backfill.File, names func(string) string) (out bat
 			}
 		}
 	}
-	return out, renamed, nil
+	return out, renamed, kids, nil
 }
 
 // sourceSchema returns a flow's SourceSchema, which ensureFromData may set
@@ -349,7 +399,7 @@ func (r *runner) ensureFromData(ctx context.Context, f *spec.Flow) error {
 	}
 	r.log.Info("table typed by its first files", "table", f.Target, "flow", f.Name)
 	err := r.retry(ctx, "ensure table "+f.Target, func(ctx context.Context) error {
-		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
+		return r.sink.Ensure(ctx, r.tables(r.family(f.Target)...))
 	})
 	if err == nil {
 		r.schemaChanged()
@@ -367,7 +417,7 @@ func (r *runner) evolveFromFiles(ctx context.Context, f *spec.Flow, todo []backf
 	if !f.DataTold(r.p) || f.InfersJSON() || len(todo) == 0 {
 		return false, nil
 	}
-	s, _, err := unionFileSchemas(todo, r.dataNames())
+	s, _, kids, err := unionFileSchemas(todo, r.dataNames())
 	if err != nil {
 		return false, err
 	}
@@ -381,6 +431,19 @@ func (r *runner) evolveFromFiles(ctx context.Context, f *spec.Flow, todo []backf
 			added = append(added, c.Name+" "+c.Type.String())
 		}
 	}
+	if len(kids) > 0 && wanted.Index(batch.IDColumn) < 0 && f.Kind == spec.KindAppend {
+		added = append(added, batch.IDColumn)
+	}
+	r.dataMu.RLock()
+	for suffix, ks := range kids {
+		have := r.children[f.Target+"__"+suffix].schema
+		for _, c := range ks.Columns {
+			if have.Index(c.Name) < 0 {
+				added = append(added, f.Target+"__"+suffix+"."+c.Name+" "+c.Type.String())
+			}
+		}
+	}
+	r.dataMu.RUnlock()
 	if len(added) == 0 {
 		return false, nil
 	}
@@ -390,7 +453,7 @@ func (r *runner) evolveFromFiles(ctx context.Context, f *spec.Flow, todo []backf
 		return false, err
 	}
 	err = r.retry(ctx, "add columns to "+f.Target, func(ctx context.Context) error {
-		return r.sink.Ensure(ctx, Tables(r.p, f.Target))
+		return r.sink.Ensure(ctx, r.tables(r.family(f.Target)...))
 	})
 	if err != nil {
 		return false, err

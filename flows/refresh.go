@@ -125,7 +125,7 @@ func (r *runner) refresh(ctx context.Context) error {
 // an error, which for a changed table names the refresh that would
 // recreate it.
 func (r *runner) ensure(ctx context.Context) (changed []string, err error) {
-	all := Tables(r.p)
+	all := r.tables()
 	refreshed, _, _ := refreshSet(r.p, r.opts.FullRefresh, r.opts.Refresh)
 	_, dropper := r.sink.(sinks.Dropper)
 	err = r.sink.Ensure(ctx, all)

@@ -184,6 +184,53 @@ flows:
 				t.Fatalf("rows %q, want %q", got, want)
 			}
 		})
+		t.Run("lists-into-child-tables", func(t *testing.T) {
+			type item struct {
+				SKU string `parquet:"sku"`
+				Qty int64  `parquet:"qty"`
+			}
+			type order struct {
+				ID    int64    `parquet:"id"`
+				Items []item   `parquet:"items,list"`
+				Tags  []string `parquet:"tags,list"`
+			}
+			type giftItem struct {
+				SKU  string `parquet:"sku"`
+				Qty  int64  `parquet:"qty"`
+				Gift bool   `parquet:"gift"`
+			}
+			type order2 struct {
+				ID    int64      `parquet:"id"`
+				Items []giftItem `parquet:"items,list"`
+			}
+			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
+			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []order{
+				{ID: 1, Items: []item{{"a", 2}, {"b", 1}}, Tags: []string{"x"}},
+				{ID: 2},
+				{ID: 3, Items: []item{{"caf\xe9", 1}}},
+			})
+			s.update()
+			if got, want := s.rows("raw", "_sluice_load_id", batch.IDColumn), []string{"1", "2"}; !slices.Equal(got, want) {
+				t.Fatalf("rows %q, want %q", got, want)
+			}
+			if got, want := joined(t, s, "raw", "raw__items", "id"), []string{"1[0]: a,2", "1[1]: b,1"}; !slices.Equal(got, want) {
+				t.Fatalf("items %q, want %q", got, want)
+			}
+			if got, want := joined(t, s, "raw", "raw__tags", "id"), []string{"1[0]: x"}; !slices.Equal(got, want) {
+				t.Fatalf("tags %q, want %q", got, want)
+			}
+			bad := s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target", "flow", batch.LoadIDColumn)
+			if want := []string{`in/a.parquet,3,invalid_utf8,field "items[0].sku": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`}; !slices.Equal(bad, want) {
+				t.Fatalf("dead letters %q, want %q", bad, want)
+			}
+			// A later file whose items have a new field: the next start
+			// adds the column to the child table.
+			writeParquet(t, filepath.Join(s.dir, "in", "b.parquet"), []order2{{ID: 4, Items: []giftItem{{"c", 1, true}}}})
+			s.update()
+			if got, want := joined(t, s, "raw", "raw__items", "id"), []string{"1[0]: a,2,∞", "1[1]: b,1,∞", "4[0]: c,1,true"}; !slices.Equal(got, want) {
+				t.Fatalf("items after a new field %q, want %q", got, want)
+			}
+		})
 		t.Run("names-that-collide", func(t *testing.T) {
 			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)
 			writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []clashRow{{"a", "b"}})
