@@ -230,6 +230,9 @@ flows:
 			if got, want := joined(t, s, "raw", "raw__items", "id"), []string{"1[0]: a,2,∞", "1[1]: b,1,∞", "4[0]: c,1,true"}; !slices.Equal(got, want) {
 				t.Fatalf("items after a new field %q, want %q", got, want)
 			}
+			if st := s.status("bf"); fmt.Sprint(st.ChildTables) != "[{raw__items raw} {raw__tags raw}]" {
+				t.Fatalf("status lists the child tables %v", st.ChildTables)
+			}
 		})
 		t.Run("names-that-collide", func(t *testing.T) {
 			s := newStepper(t, broker.Addr(), dest(t), rawFromFiles)

@@ -135,7 +135,7 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	for i := range p.Flows {
 		f := &p.Flows[i]
 		fr := FlowReport{Name: f.Name, Kind: f.Kind, Target: f.Target, Source: sourceKind(f), Expectations: counts[f.Name]}
-		if f.TypedByMessages(p) {
+		if f.HasChildren(p) {
 			fr.ChildTables = children[f.Target]
 		}
 		if t, ok := totals[f.Name]; ok {

@@ -668,17 +668,23 @@ func (p *Pipeline) ResolveFromData(schema func(f *Flow) (batch.Schema, error), t
 	return nil
 }
 
-// ChildRoot returns the table typed by its messages that name could be a
+// ChildRoot returns the table typed by its data that name could be a
 // child table of (<table>__<field>, docs/schema.md#child-tables), nil
 // when none.
 func (p *Pipeline) ChildRoot(name string) *Table {
 	for i := range p.Flows {
 		f := &p.Flows[i]
-		if strings.HasPrefix(name, f.Target+"__") && f.TypedByMessages(p) {
+		if strings.HasPrefix(name, f.Target+"__") && f.HasChildren(p) {
 			return p.Table(f.Target)
 		}
 	}
 	return nil
+}
+
+// HasChildren reports whether the flow's target may have child tables:
+// an append target typed by its data (docs/schema.md#child-tables).
+func (f *Flow) HasChildren(p *Pipeline) bool {
+	return f.Kind == KindAppend && f.DataTold(p)
 }
 
 // IsCDC reports whether the flow is an auto_cdc or auto_cdc_from_snapshot flow.
