@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/checkpoint"
@@ -143,4 +145,11 @@ type Heartbeat struct {
 	PID      int
 	BeatAt   time.Time
 	Expires  time.Time
+}
+
+// PublishOrder sorts the tables a load publishes so that a child table
+// (<table>__<field>, docs/schema.md#child-tables) comes before its parent:
+// a parent row becomes visible only once its child rows are.
+func PublishOrder(tables []string) {
+	slices.SortFunc(tables, func(a, b string) int { return strings.Compare(b, a) })
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
@@ -20,7 +21,9 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 	if s.failPublish.CompareAndSwap(true, false) {
 		return chsql.Transient("clickhouse: publish load %s: failed by a test", l.meta.LoadID)
 	}
-	for _, table := range sortedKeys(l.stages) {
+	tables := sortedKeys(l.stages)
+	sinks.PublishOrder(tables)
+	for _, table := range tables {
 		stage := l.stages[table]
 		pids, err := s.partitions(ctx, stage)
 		if err != nil {

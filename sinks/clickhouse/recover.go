@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
@@ -250,7 +251,9 @@ func (s *Sink) finishCommitted(ctx context.Context, lo *loadObjects) error {
 			return err
 		}
 	}
-	for _, table := range sortedKeys(tables) {
+	order := sortedKeys(tables)
+	sinks.PublishOrder(order)
+	for _, table := range order {
 		if err := s.rollForward(ctx, lo.enc, lo.id, table, listed[table]); err != nil {
 			return err
 		}

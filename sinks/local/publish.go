@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/local/fsys"
 )
 
@@ -254,7 +255,7 @@ func (s *Sink) publishPending(ctx context.Context, async bool) error {
 	for t := range byTable {
 		tables = append(tables, t)
 	}
-	slices.Sort(tables)
+	sinks.PublishOrder(tables)
 	for _, t := range tables {
 		if err := ctx.Err(); err != nil {
 			return err
