@@ -443,7 +443,7 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 	s.log.Debug("load committed", "load", l.meta.LoadID, "flow", l.meta.Flow, "to", c.To.Encode(), "rows", c.Rows)
 	if err := s.publish(ctx, l); err != nil {
 		s.setPending(l, unpublished)
-		return chsql.Transient("clickhouse: load %s is committed; publishing it failed and is retried: %v", l.meta.LoadID, err)
+		return chsql.Transient("clickhouse: load %s is committed; publishing it failed and is retried: %w", l.meta.LoadID, err)
 	}
 	return nil
 }
