@@ -1,12 +1,10 @@
 package backfill
 
 import (
-	"encoding/base64"
 	"fmt"
 	"strconv"
 
 	"github.com/parquet-go/parquet-go"
-	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice/flows/batch"
 )
@@ -182,12 +180,14 @@ func rowID(file string, row int64) string {
 	return hashID(file, strconv.FormatInt(row, 10))
 }
 
-// hashID is a 128-bit id of parts (XXH3), in URL-safe base64.
+// hashID is the id of the key of parts (batch.AppendLinkID).
 func hashID(parts ...string) string {
-	var b []byte
-	for _, p := range parts {
-		b = append(append(b, p...), 0)
+	var key []byte
+	for i, p := range parts {
+		if i > 0 {
+			key = append(key, 0)
+		}
+		key = append(key, p...)
 	}
-	sum := xxh3.Hash128(b).Bytes()
-	return base64.RawURLEncoding.EncodeToString(sum[:])
+	return string(batch.AppendLinkID(nil, key))
 }

@@ -1,11 +1,14 @@
 package batch
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Record is one raw message of a source before decoding. For Kafka every
@@ -95,6 +98,15 @@ const (
 	ListIdxColumn  = "_sluice_list_idx"  // a child row: its position in its parent's list, from 0
 	RootIDColumn   = "_sluice_root_id"   // a child row: the _sluice_id of the top row of its record
 )
+
+// AppendLinkID appends to dst the id of a row whose key is key (its
+// source position, or its parent's id, table and list index, the parts
+// joined by zero bytes): a 128-bit XXH3 hash, a stable and specified one,
+// in URL-safe base64, 22 characters.
+func AppendLinkID(dst, key []byte) []byte {
+	sum := xxh3.Hash128(key).Bytes()
+	return base64.RawURLEncoding.AppendEncode(dst, sum[:])
+}
 
 // IsLinkColumn reports whether name is one of the link columns.
 func IsLinkColumn(name string) bool {

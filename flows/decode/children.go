@@ -1,11 +1,9 @@
 package decode
 
 import (
-	"encoding/base64"
 	"strconv"
 
 	"github.com/valyala/fastjson"
-	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice/flows/batch"
 )
@@ -134,13 +132,10 @@ func (d *JSON) childID(parent string, idx int) string {
 	return d.hashID(b)
 }
 
-// hashID is a 128-bit id of b (XXH3, a stable, specified hash), in
-// URL-safe base64 (22 characters).
-func (d *JSON) hashID(b []byte) string {
-	sum := xxh3.Hash128(b).Bytes()
+// hashID is the id of key (batch.AppendLinkID), in the decoder's arena.
+func (d *JSON) hashID(key []byte) string {
 	var text [22]byte
-	base64.RawURLEncoding.Encode(text[:], sum[:])
-	return d.arena.string(text[:])
+	return d.arena.string(batch.AppendLinkID(text[:0], key))
 }
 
 // decodeLists decodes the lists of the row just decoded (d.link) into
