@@ -108,8 +108,8 @@ func (r *runner) loadVersions(ctx context.Context) error {
 		// The child tables the last version had, with their columns as
 		// the destination has them now.
 		for _, st := range last.Tables {
-			if st.Root == "" || !typedByMessages(r.p, st.Root) {
-				continue
+			if _, known := r.children[st.Name]; known || st.Root == "" || r.p.ChildRoot(st.Name) == nil {
+				continue // typed by the files there are, or no child table now
 			}
 			stored, err := r.storedColumns(ctx, st.Name)
 			if err != nil {
@@ -238,15 +238,4 @@ func (r *runner) claimVersion(f *spec.Flow) (hash string, row *batch.Batch, done
 			v.written = true
 		}
 	}
-}
-
-// typedByMessages reports whether a flow typed by its messages writes
-// table.
-func typedByMessages(p *spec.Pipeline, table string) bool {
-	for i := range p.Flows {
-		if f := &p.Flows[i]; f.Target == table && f.TypedByMessages(p) {
-			return true
-		}
-	}
-	return false
 }

@@ -96,22 +96,14 @@ func New(f *spec.Flow, source batch.Schema, lenient bool) (*Rules, error) {
 		for _, c := range r.out.Columns {
 			typed[c.Name] = reflect.Zero(cdc.ExprType(c.Type)).Interface()
 		}
-		var undefined []string // lenient: names that are no column yet, NULL
+		tree, perr := parser.Parse(src)
+		callees := map[ast.Node]bool{} // names of functions, not of columns
 		if lenient {
 			opts = append(opts, expr.AllowUndefinedVariables())
-			if tree, err := parser.Parse(src); err == nil {
-				callees := map[ast.Node]bool{}
+			if perr == nil {
 				ast.Find(tree.Node, func(n ast.Node) bool {
 					if c, ok := n.(*ast.CallNode); ok {
 						callees[c.Callee] = true
-					}
-					return false
-				})
-				ast.Find(tree.Node, func(n ast.Node) bool {
-					if id, ok := n.(*ast.IdentifierNode); ok && !callees[n] {
-						if _, col := typed[id.Value]; !col && !slices.Contains(undefined, id.Value) {
-							undefined = append(undefined, id.Value)
-						}
 					}
 					return false
 				})
@@ -122,14 +114,16 @@ func New(f *spec.Flow, source batch.Schema, lenient bool) (*Rules, error) {
 			msg, _, _ := strings.Cut(err.Error(), "\n")
 			return program{}, fmt.Errorf("%s: expression %q: %s", what, src, msg)
 		}
-		out := program{src: src, prog: p, refs: undefined}
-		if tree, err := parser.Parse(src); err == nil {
+		out := program{src: src, prog: p}
+		if perr == nil {
 			ast.Find(tree.Node, func(n ast.Node) bool {
 				if _, ok := n.(*ast.NilNode); ok {
 					out.nils = true
 				}
-				if id, ok := n.(*ast.IdentifierNode); ok {
-					if _, col := typed[id.Value]; col && !slices.Contains(out.refs, id.Value) {
+				if id, ok := n.(*ast.IdentifierNode); ok && !slices.Contains(out.refs, id.Value) {
+					// A column, or (lenient) a name that is no column yet:
+					// NULL in every record.
+					if _, col := typed[id.Value]; col || lenient && !callees[n] {
 						out.refs = append(out.refs, id.Value)
 					}
 				}
