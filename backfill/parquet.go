@@ -69,7 +69,8 @@ type parquetReader struct {
 	closeFile func()
 	schema    batch.Schema
 	consts    []*Value
-	cols      []*pqCol // per wanted column; nil for constants and missing columns
+	cols      []*pqCol    // per wanted column; nil for constants, missing columns and arrays
+	arrays    []*arrayCol // per wanted column; nil but for an array read from a list
 	opts      ReadOptions
 
 	size    int64
@@ -100,7 +101,7 @@ func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions)
 		}
 	}()
 	r := &parquetReader{file: f, pf: pf, closeFile: closeFile, schema: schema, consts: consts, opts: opts,
-		cols: make([]*pqCol, len(schema.Columns)), size: pf.Size(), rg: -1}
+		cols: make([]*pqCol, len(schema.Columns)), arrays: make([]*arrayCol, len(schema.Columns)), size: pf.Size(), rg: -1}
 	byName := map[string]pqLeaf{}
 	for _, l := range parquetLeaves(pf.Root(), opts.Names) {
 		if other, dup := byName[l.name]; dup {
@@ -135,6 +136,14 @@ func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions)
 			}
 			continue
 		}
+		if c.Type.Kind == batch.KindArray {
+			a, err := newArrayCol(c, byName[c.Name])
+			if err != nil {
+				return nil, &FileError{File: f.Name, Column: c.Name, Err: err}
+			}
+			r.arrays[i] = a
+			continue
+		}
 		t := columnType(pc)
 		if t.err != "" {
 			return nil, &FileError{File: f.Name, Column: c.Name, Err: errors.New(t.err)}
@@ -158,6 +167,11 @@ func (r *parquetReader) Close() error {
 	for _, c := range r.cols {
 		if c != nil {
 			c.closePages()
+		}
+	}
+	for _, a := range r.arrays {
+		if a != nil {
+			a.close()
 		}
 	}
 	r.closeFile()
@@ -230,6 +244,8 @@ func (r *parquetReader) Next(ctx context.Context) (c *Chunk, err error) {
 				if err := col.read(v, k, &r.bad); err != nil {
 					return nil, r.fail(col.name, fmt.Errorf("row group %d: %w", r.rg, err))
 				}
+			case r.arrays[i] != nil:
+				r.arrays[i].read(v, k, &r.bad)
 			case r.consts[i] == nil: // a nullable column the file lacks
 				for range k {
 					v.AppendNull()
@@ -327,6 +343,11 @@ func (r *parquetReader) seek(row int64) error {
 			}
 		}
 	}
+	for _, a := range r.arrays {
+		if a != nil {
+			a.skip(int(skip))
+		}
+	}
 	r.rgRow = skip
 	return nil
 }
@@ -348,6 +369,13 @@ func (r *parquetReader) openRowGroup(i int) error {
 	for _, lr := range r.lists {
 		if err := lr.open(chunks, r.rgRows(i)); err != nil {
 			return r.fail(lr.path, fmt.Errorf("row group %d: %w", i, err))
+		}
+	}
+	for _, a := range r.arrays {
+		if a != nil {
+			if err := a.open(chunks, r.rgRows(i)); err != nil {
+				return r.fail(a.name, fmt.Errorf("row group %d: %w", i, err))
+			}
 		}
 	}
 	r.rg, r.rgRow = i, 0

@@ -275,6 +275,16 @@ func dropRows(b *batch.Batch, bad []badRow, file string, fileRow func(int) int64
 
 // filterVector keeps the rows of v whose keep flag is set, in place.
 func filterVector(v *batch.Vector, keep []bool) {
+	if v.Type.Kind == batch.KindArray {
+		var rows []int
+		for i, k := range keep {
+			if k {
+				rows = append(rows, i)
+			}
+		}
+		*v = *v.Take(rows)
+		return
+	}
 	j := 0
 	for i, k := range keep {
 		if !k {

@@ -51,6 +51,16 @@ func appendJSONValue(out []byte, v *batch.Vector, i int) []byte {
 		return appendJSONString(out, time.UnixMicro(v.Ints[i]).UTC().Format(time.RFC3339Nano))
 	case batch.KindDecimal:
 		return appendJSONString(out, batch.FormatDecimal(v.Decs[i], v.Type.Scale))
+	case batch.KindArray:
+		lo, hi := v.Array(i)
+		out = append(out, '[')
+		for j := lo; j < hi; j++ {
+			if j > lo {
+				out = append(out, ',')
+			}
+			out = appendJSONValue(out, v.Elems, j)
+		}
+		return append(out, ']')
 	}
 	return append(out, "null"...)
 }

@@ -92,6 +92,8 @@ func ExprType(t batch.Type) reflect.Type {
 		return reflect.TypeFor[bool]()
 	case batch.KindTimestamp, batch.KindDate:
 		return reflect.TypeFor[time.Time]()
+	case batch.KindArray:
+		return reflect.TypeFor[[]any]()
 	}
 	return reflect.TypeFor[[]byte]()
 }
@@ -272,6 +274,13 @@ func ExprValue(v *batch.Vector, i int) any {
 		return v.Bools[i]
 	case batch.KindBytes:
 		return v.Bytes[i]
+	case batch.KindArray:
+		lo, hi := v.Array(i)
+		out := make([]any, 0, hi-lo)
+		for j := lo; j < hi; j++ {
+			out = append(out, ExprValue(v.Elems, j))
+		}
+		return out
 	}
 	return nil
 }

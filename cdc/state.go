@@ -225,7 +225,7 @@ func appendStateReusing(buf []byte, cols []string, events []event, scratch *[]st
 				buf = binary.AppendVarint(buf, v.i)
 			case vFloat:
 				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.i))
-			case vStr, vBytes:
+			case vStr, vBytes, vArr:
 				buf = appendString(buf, v.s)
 			case vDec:
 				buf = binary.LittleEndian.AppendUint64(buf, uint64(v.i))
@@ -382,7 +382,7 @@ func decodeState(data string, like []string, events []event, slab []value, scrat
 					v.i = r.varint()
 				case vFloat:
 					v.i = int64(r.fixed64())
-				case vStr, vBytes:
+				case vStr, vBytes, vArr:
 					v.s = r.string()
 				case vDec:
 					v.i = int64(r.fixed64())

@@ -25,6 +25,8 @@ const (
 	vStr
 	vBytes
 	vDec
+	_    // 8 is encDec64 in a key state's encoding
+	vArr // s holds the elements (arrayValue)
 )
 
 // value is one cell of a stored event, comparable with ==, so that tracked
@@ -33,7 +35,7 @@ type value struct {
 	k vkind
 	i int64  // vInt; vFloat bits; vBool 0/1; vDec low 64 bits
 	h int64  // vDec high 64 bits
-	s string // vStr, vBytes
+	s string // vStr, vBytes, vArr
 }
 
 var null = value{k: vNull}
@@ -53,6 +55,8 @@ func kindOf(t batch.Type) vkind {
 		return vBytes
 	case batch.KindDecimal:
 		return vDec
+	case batch.KindArray:
+		return vArr
 	}
 	return vNull
 }
@@ -84,8 +88,74 @@ func readValue(v *batch.Vector, i int) value {
 	case batch.KindDecimal:
 		d := v.Decs[i]
 		return value{k: vDec, i: int64(d.Lo), h: d.Hi}
+	case batch.KindArray:
+		return arrayValue(v, i)
 	}
 	return null
+}
+
+// arrayValue encodes row i of an array vector: the number of elements, then
+// each element (varint integers, 8-byte floats, 1-byte bools, 16-byte
+// decimals, length-prefixed strings and bytes). Equal arrays encode equally.
+func arrayValue(v *batch.Vector, i int) value {
+	lo, hi := v.Array(i)
+	e := v.Elems
+	buf := binary.AppendUvarint(nil, uint64(hi-lo))
+	for j := lo; j < hi; j++ {
+		switch e.Type.Kind {
+		case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
+			buf = binary.AppendVarint(buf, e.Ints[j])
+		case batch.KindFloat64:
+			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(e.Floats[j]))
+		case batch.KindBool:
+			buf = append(buf, boolByte(e.Bools[j]))
+		case batch.KindString:
+			buf = binary.AppendUvarint(buf, uint64(len(e.Strs[j])))
+			buf = append(buf, e.Strs[j]...)
+		case batch.KindBytes:
+			buf = binary.AppendUvarint(buf, uint64(len(e.Bytes[j])))
+			buf = append(buf, e.Bytes[j]...)
+		case batch.KindDecimal:
+			buf = binary.LittleEndian.AppendUint64(buf, e.Decs[j].Lo)
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(e.Decs[j].Hi))
+		}
+	}
+	return value{k: vArr, s: unsafeString(buf)}
+}
+
+// appendArray appends the array arrayValue encoded to an array vector.
+func appendArray(dst *batch.Vector, s string) {
+	r := reader{buf: s}
+	e := dst.Elems
+	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
+		switch e.Type.Kind {
+		case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
+			e.AppendInt(r.varint())
+		case batch.KindFloat64:
+			e.AppendFloat(math.Float64frombits(r.fixed64()))
+		case batch.KindBool:
+			e.AppendBool(r.byte() != 0)
+		case batch.KindString:
+			e.AppendString(r.string())
+		case batch.KindBytes:
+			e.AppendBytes([]byte(r.string()))
+		case batch.KindDecimal:
+			lo := r.fixed64()
+			e.AppendDecimal(batch.Dec128{Lo: lo, Hi: int64(r.fixed64())})
+		}
+	}
+	if r.err != nil {
+		// Only arrayValue writes these encodings; a short one is a bug.
+		panic("cdc: malformed array value")
+	}
+	dst.EndArray()
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // appendValue appends x to a vector of the matching kind; null and absent
@@ -106,6 +176,8 @@ func appendValue(dst *batch.Vector, x value) {
 		dst.AppendBytes([]byte(x.s))
 	case vDec:
 		dst.AppendDecimal(batch.Dec128{Hi: x.h, Lo: uint64(x.i)})
+	case vArr:
+		appendArray(dst, x.s)
 	}
 }
 
@@ -266,6 +338,17 @@ func writeJSONValue(sb *strings.Builder, t batch.Type, v value) {
 		sb.WriteByte('"')
 	case batch.KindDecimal:
 		sb.WriteString(strconv.Quote(batch.FormatDecimal(batch.Dec128{Hi: v.h, Lo: uint64(v.i)}, t.Scale)))
+	case batch.KindArray:
+		vec := batch.NewVector(t, 1)
+		appendArray(vec, v.s)
+		sb.WriteByte('[')
+		for j := range vec.Elems.Len() {
+			if j > 0 {
+				sb.WriteByte(',')
+			}
+			writeJSONValue(sb, vec.Elems.Type, readValue(vec.Elems, j))
+		}
+		sb.WriteByte(']')
 	default:
 		sb.WriteString("null")
 	}

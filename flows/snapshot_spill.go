@@ -168,6 +168,13 @@ func appendSpilled(buf []byte, v *batch.Vector, i int) []byte {
 	case batch.KindDecimal:
 		buf = binary.AppendVarint(buf, v.Decs[i].Hi)
 		return binary.AppendUvarint(buf, v.Decs[i].Lo)
+	case batch.KindArray:
+		lo, hi := v.Array(i)
+		buf = binary.AppendUvarint(buf, uint64(hi-lo))
+		for j := lo; j < hi; j++ {
+			buf = appendSpilled(buf, v.Elems, j)
+		}
+		return buf
 	}
 	panic(fmt.Sprintf("spill: column of invalid type %v", v.Type))
 }
@@ -247,5 +254,10 @@ func (d *spillDecoder) value(v *batch.Vector) {
 	case batch.KindDecimal:
 		hi := d.varint()
 		v.AppendDecimal(batch.Dec128{Hi: hi, Lo: d.uvarint()})
+	case batch.KindArray:
+		for n := d.uvarint(); n > 0 && !d.bad; n-- {
+			d.value(v.Elems)
+		}
+		v.EndArray()
 	}
 }

@@ -84,6 +84,15 @@ func (b *Batch) Check() error {
 		if !c.Nullable && v.HasNulls() {
 			return fmt.Errorf("batch: column %s is not nullable but holds a null", c.Name)
 		}
+		if c.Type.Kind == KindArray {
+			end := 0
+			if n > 0 {
+				end = int(v.Ends[n-1])
+			}
+			if end != v.Elems.Len() || v.Elems.HasNulls() {
+				return fmt.Errorf("batch: column %s has %d elements where its rows end at %d, or a null element", c.Name, v.Elems.Len(), end)
+			}
+		}
 	}
 	return nil
 }

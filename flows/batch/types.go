@@ -21,6 +21,7 @@ const (
 	KindDate
 	KindDecimal
 	KindBytes
+	KindArray // array(T) of a scalar T: see Type.Elem
 )
 
 var kindNames = [...]string{
@@ -33,6 +34,7 @@ var kindNames = [...]string{
 	KindDate:      "date",
 	KindDecimal:   "decimal",
 	KindBytes:     "bytes",
+	KindArray:     "array",
 }
 
 func (k Kind) String() string {
@@ -46,10 +48,14 @@ func (k Kind) String() string {
 const MaxDecimalPrecision = 38
 
 // Type is a column type: a kind, and for decimals a precision and scale.
+// An array's elements are of the scalar type {Elem, Precision, Scale}; they
+// are never null (ClickHouse has no nullable arrays, and a null element would
+// have no place in one).
 type Type struct {
 	Kind      Kind
-	Precision int // decimal only: 1..38
-	Scale     int // decimal only: 0..Precision
+	Elem      Kind // array only: the elements' kind, never KindArray
+	Precision int  // decimal, or an array of decimals: 1..38
+	Scale     int  // decimal, or an array of decimals: 0..Precision
 }
 
 // Types of the simple kinds, for convenience.
@@ -66,8 +72,29 @@ var (
 // Decimal returns the decimal(p,s) type.
 func Decimal(p, s int) Type { return Type{Kind: KindDecimal, Precision: p, Scale: s} }
 
-// String returns the spec spelling of the type: "int64", "decimal(10,2)".
+// ArrayOf returns the type array(elem) of a scalar elem.
+func ArrayOf(elem Type) Type {
+	return Type{Kind: KindArray, Elem: elem.Kind, Precision: elem.Precision, Scale: elem.Scale}
+}
+
+// ElemType returns the type of an array's elements.
+func (t Type) ElemType() Type { return Type{Kind: t.Elem, Precision: t.Precision, Scale: t.Scale} }
+
+// Scalar returns the type of an array's elements, or t itself when it is
+// not an array: the type a value within the column has.
+func (t Type) Scalar() Type {
+	if t.Kind == KindArray {
+		return t.ElemType()
+	}
+	return t
+}
+
+// String returns the spec spelling of the type: "int64", "decimal(10,2)",
+// "array(string)".
 func (t Type) String() string {
+	if t.Kind == KindArray {
+		return "array(" + t.ElemType().String() + ")"
+	}
 	if t.Kind == KindDecimal {
 		return fmt.Sprintf("decimal(%d,%d)", t.Precision, t.Scale)
 	}
@@ -77,6 +104,16 @@ func (t Type) String() string {
 // ParseType parses a spec type name. Spaces inside decimal(P,S) are allowed.
 func ParseType(s string) (Type, error) {
 	name := strings.ToLower(strings.TrimSpace(s))
+	if inner, ok := strings.CutPrefix(name, "array("); ok && strings.HasSuffix(inner, ")") {
+		elem, err := ParseType(inner[:len(inner)-1])
+		if err != nil {
+			return Type{}, fmt.Errorf("array element: %w", err)
+		}
+		if elem.Kind == KindArray {
+			return Type{}, fmt.Errorf("unknown type %q: the elements of an array are a scalar type (a list of lists loads into a child table, docs/schema.md#child-tables)", s)
+		}
+		return ArrayOf(elem), nil
+	}
 	switch name {
 	case "string":
 		return String, nil
@@ -110,7 +147,7 @@ func ParseType(s string) (Type, error) {
 		}
 		return Type{}, fmt.Errorf("unknown type %q: write decimal(P,S) with integers P and S", s)
 	}
-	return Type{}, fmt.Errorf("unknown type %q: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes", s)
+	return Type{}, fmt.Errorf("unknown type %q: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes, array(T)", s)
 }
 
 // Column is a named, typed column.

@@ -14,9 +14,10 @@ import (
 //	Strs    string
 //	Bytes   bytes
 //	Decs    decimal (unscaled, see Dec128)
+//	Ends    array: row i's elements are Elems[Ends[i-1]:Ends[i]] (from 0 for row 0)
 //
 // Nulls is nil when no value is null; otherwise it has one entry per row and
-// a null row holds the zero value in the value slice.
+// a null row holds the zero value in the value slice (an array: no elements).
 type Vector struct {
 	Type   Type
 	Nulls  []bool
@@ -26,6 +27,8 @@ type Vector struct {
 	Strs   []string
 	Bytes  [][]byte
 	Decs   []Dec128
+	Ends   []int32
+	Elems  *Vector // array: the elements of every row, never null
 }
 
 // NewVector returns an empty vector of type t with room for capacity rows.
@@ -44,6 +47,9 @@ func NewVector(t Type, capacity int) *Vector {
 		v.Bytes = make([][]byte, 0, capacity)
 	case KindDecimal:
 		v.Decs = make([]Dec128, 0, capacity)
+	case KindArray:
+		v.Ends = make([]int32, 0, capacity)
+		v.Elems = NewVector(t.ElemType(), capacity)
 	default:
 		panic(fmt.Sprintf("batch: vector of invalid type %v", t))
 	}
@@ -65,8 +71,25 @@ func (v *Vector) Len() int {
 		return len(v.Bytes)
 	case KindDecimal:
 		return len(v.Decs)
+	case KindArray:
+		return len(v.Ends)
 	}
 	return 0
+}
+
+// Array returns the bounds of row i's elements in Elems.
+func (v *Vector) Array(i int) (lo, hi int) {
+	if i > 0 {
+		lo = int(v.Ends[i-1])
+	}
+	return lo, int(v.Ends[i])
+}
+
+// EndArray ends a row of an array vector: its elements are those appended
+// to Elems since the previous row ended.
+func (v *Vector) EndArray() {
+	v.markNull(false)
+	v.Ends = append(v.Ends, int32(v.Elems.Len()))
 }
 
 // IsNull reports whether row i is null.
@@ -87,7 +110,7 @@ func (v *Vector) markNull(null bool) {
 		if !null {
 			return
 		}
-		v.Nulls = make([]bool, v.Len(), cap(v.Ints)+cap(v.Floats)+cap(v.Bools)+cap(v.Strs)+cap(v.Bytes)+cap(v.Decs)+1)
+		v.Nulls = make([]bool, v.Len(), cap(v.Ints)+cap(v.Floats)+cap(v.Bools)+cap(v.Strs)+cap(v.Bytes)+cap(v.Decs)+cap(v.Ends)+1)
 	}
 	v.Nulls = append(v.Nulls, null)
 }
@@ -110,6 +133,13 @@ func (v *Vector) AppendVector(src *Vector) {
 	v.Strs = append(v.Strs, src.Strs...)
 	v.Bytes = append(v.Bytes, src.Bytes...)
 	v.Decs = append(v.Decs, src.Decs...)
+	if v.Type.Kind == KindArray {
+		base := int32(v.Elems.Len())
+		for _, e := range src.Ends {
+			v.Ends = append(v.Ends, base+e)
+		}
+		v.Elems.AppendVector(src.Elems)
+	}
 }
 
 // AppendNull appends a null row.
@@ -128,6 +158,8 @@ func (v *Vector) AppendNull() {
 		v.Bytes = append(v.Bytes, nil)
 	case KindDecimal:
 		v.Decs = append(v.Decs, Dec128{})
+	case KindArray:
+		v.Ends = append(v.Ends, int32(v.Elems.Len()))
 	}
 }
 
@@ -169,6 +201,12 @@ func (v *Vector) AppendFrom(src *Vector, i int) {
 		v.AppendBytes(src.Bytes[i])
 	case KindDecimal:
 		v.AppendDecimal(src.Decs[i])
+	case KindArray:
+		lo, hi := src.Array(i)
+		for j := lo; j < hi; j++ {
+			v.Elems.AppendFrom(src.Elems, j)
+		}
+		v.EndArray()
 	}
 }
 
@@ -190,12 +228,19 @@ func (v *Vector) Truncate(n int) {
 		v.Bytes = v.Bytes[:n]
 	case KindDecimal:
 		v.Decs = v.Decs[:n]
+	case KindArray:
+		v.Ends = v.Ends[:n]
+		end := 0
+		if n > 0 {
+			end = int(v.Ends[n-1])
+		}
+		v.Elems.Truncate(end)
 	}
 }
 
 // Value returns row i as a Go value, for display and tests (not the hot
 // path): nil, int64, float64, bool, string, []byte, time.Time (timestamps, UTC),
-// Date, or Decimal.
+// Date, Decimal, or []any of those for an array.
 func (v *Vector) Value(i int) any {
 	if v.IsNull(i) {
 		return nil
@@ -217,6 +262,13 @@ func (v *Vector) Value(i int) any {
 		return v.Bytes[i]
 	case KindDecimal:
 		return Decimal128Value{Unscaled: v.Decs[i], Scale: v.Type.Scale}
+	case KindArray:
+		lo, hi := v.Array(i)
+		out := make([]any, 0, hi-lo)
+		for j := lo; j < hi; j++ {
+			out = append(out, v.Elems.Value(j))
+		}
+		return out
 	}
 	return nil
 }
@@ -249,3 +301,45 @@ type Decimal128Value struct {
 }
 
 func (d Decimal128Value) String() string { return FormatDecimal(d.Unscaled, d.Scale) }
+
+// Take returns the given rows of v, in that order, as a new vector; strings
+// and bytes are shared, not copied.
+func (v *Vector) Take(rows []int) *Vector {
+	w := &Vector{Type: v.Type}
+	if v.Nulls != nil {
+		w.Nulls = gather(v.Nulls, rows)
+	}
+	switch v.Type.Kind {
+	case KindInt64, KindTimestamp, KindDate:
+		w.Ints = gather(v.Ints, rows)
+	case KindFloat64:
+		w.Floats = gather(v.Floats, rows)
+	case KindBool:
+		w.Bools = gather(v.Bools, rows)
+	case KindString:
+		w.Strs = gather(v.Strs, rows)
+	case KindBytes:
+		w.Bytes = gather(v.Bytes, rows)
+	case KindDecimal:
+		w.Decs = gather(v.Decs, rows)
+	case KindArray:
+		w.Ends = make([]int32, 0, len(rows))
+		w.Elems = NewVector(v.Type.ElemType(), len(rows))
+		for _, r := range rows {
+			lo, hi := v.Array(r)
+			for j := lo; j < hi; j++ {
+				w.Elems.AppendFrom(v.Elems, j)
+			}
+			w.Ends = append(w.Ends, int32(w.Elems.Len()))
+		}
+	}
+	return w
+}
+
+func gather[T any](s []T, rows []int) []T {
+	out := make([]T, len(rows))
+	for k, i := range rows {
+		out[k] = s[i]
+	}
+	return out
+}

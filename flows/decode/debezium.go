@@ -557,5 +557,7 @@ func appendZero(c *column, vec *batch.Vector) {
 		vec.AppendBytes([]byte{})
 	case batch.KindDecimal:
 		vec.AppendDecimal(batch.Dec128{})
+	case batch.KindArray:
+		vec.EndArray()
 	}
 }

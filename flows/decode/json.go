@@ -213,10 +213,11 @@ func NewJSON(s batch.Schema, units ...Units) (*JSON, error) {
 			return nil, fmt.Errorf("decode: column %q declared twice", c.Name)
 		}
 		seen[c.Name] = true
-		if c.Type.Kind == batch.KindInvalid || c.Type.Kind > batch.KindBytes {
+		kind := c.Type.Scalar().Kind
+		if kind == batch.KindInvalid || kind > batch.KindBytes {
 			return nil, fmt.Errorf("decode: column %q has invalid type %v", c.Name, c.Type)
 		}
-		if c.Type.Kind == batch.KindDecimal && (c.Type.Precision < 1 || c.Type.Precision > batch.MaxDecimalPrecision || c.Type.Scale < 0 || c.Type.Scale > c.Type.Precision) {
+		if kind == batch.KindDecimal && (c.Type.Precision < 1 || c.Type.Precision > batch.MaxDecimalPrecision || c.Type.Scale < 0 || c.Type.Scale > c.Type.Precision) {
 			return nil, fmt.Errorf("decode: column %q has invalid type %v", c.Name, c.Type)
 		}
 		col := column{name: c.Name, typ: c.Type, nullable: c.Nullable, unit: 1000}
@@ -229,7 +230,7 @@ func NewJSON(s batch.Schema, units ...Units) (*JSON, error) {
 			switch {
 			case !known:
 				return nil, fmt.Errorf("decode: column %q: unknown unit %q (s, ms, us or ns)", c.Name, name)
-			case c.Type.Kind != batch.KindTimestamp:
+			case kind != batch.KindTimestamp:
 				return nil, fmt.Errorf("decode: column %q: a unit applies to timestamp columns, not %v", c.Name, c.Type)
 			}
 			col.unit = per
@@ -687,7 +688,36 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 			return d.mismatch(c, val, "is not valid base64")
 		}
 		vec.AppendBytes(x)
+	case batch.KindArray:
+		return d.array(c, val, vec)
 	}
+	return nil
+}
+
+// array decodes a JSON list into an array column, checking every element
+// as a value of the element type; on an error nothing of the row is kept
+// and the error names the element (tags[3]).
+func (d *JSON) array(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
+	if val.Type() != fastjson.TypeArray {
+		return d.mismatch(c, val, "is not a JSON array, as "+c.typ.String()+" is")
+	}
+	items, _ := val.Array()
+	elem := column{name: c.name, typ: c.typ.ElemType(), origin: c.origin, unit: c.unit}
+	n := vec.Elems.Len()
+	for j, item := range items {
+		var e *Error
+		if item.Type() == fastjson.TypeNull {
+			e = &Error{Reason: batch.ReasonTypeMismatch, Msg: "null, and the elements of " + c.typ.String() + " are never null"}
+		} else {
+			e = d.field(&elem, item, vec.Elems)
+		}
+		if e != nil {
+			vec.Elems.Truncate(n)
+			e.Field = c.name + "[" + strconv.Itoa(j) + "]"
+			return e
+		}
+	}
+	vec.EndArray()
 	return nil
 }
 

@@ -661,3 +661,60 @@ func rowsOf(b *batch.Batch) []string {
 	}
 	return out
 }
+
+// TestArrays checks that a JSON list decodes into an array column element
+// by element, and that a record failing later (a bad element, another
+// column) leaves none of its elements behind.
+func TestArrays(t *testing.T) {
+	s := batch.Schema{Columns: []batch.Column{
+		{Name: "qty", Type: batch.ArrayOf(batch.Int64)},
+		{Name: "id", Type: batch.Int64},
+		{Name: "at", Type: batch.ArrayOf(batch.Timestamp)},
+	}}
+	d, err := NewJSON(s, Units{"at": "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []string{
+		`{"qty": [1, 2], "id": 1, "at": [0, "1970-01-01T00:00:01Z"]}`,
+		`{"qty": [3, 4], "id": "x", "at": []}`,
+		`{"qty": [5, 6.5], "id": 3, "at": []}`,
+		`{"qty": [], "id": 4, "at": [2]}`,
+		`{"qty": [7], "id": 5, "at": [1, null]}`,
+		`{"qty": {"a": 1}, "id": 6, "at": []}`,
+		`{"qty": [9223372036854775808], "id": 7, "at": []}`,
+	}
+	recs := make([]batch.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = batch.Record{Offset: int64(i), Value: []byte(m)}
+	}
+	out := batch.New(s, len(recs))
+	dls := d.DecodeAll(recs, out, nil)
+	if err := out.Check(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"[1 2],1,[1970-01-01 00:00:00 +0000 UTC 1970-01-01 00:00:01 +0000 UTC]",
+		"[],4,[1970-01-01 00:00:02 +0000 UTC]",
+	}
+	if got := rowsOf(out); !slices.Equal(got, want) {
+		t.Fatalf("rows %q, want %q", got, want)
+	}
+	if n := out.Vectors[0].Elems.Len(); n != 2 {
+		t.Errorf("qty holds %d elements, want 2: a dropped record left some behind", n)
+	}
+	wantBad := []string{
+		`type_mismatch field "id": "x" is not an int64`,
+		`type_mismatch field "qty[1]": 6.5 is not an integer`,
+		`type_mismatch field "at[1]": null, and the elements of array(timestamp) are never null`,
+		`type_mismatch field "qty": a JSON object is not a JSON array, as array(int64) is`,
+		`type_mismatch field "qty[0]": 9223372036854775808 is out of range for int64`,
+	}
+	var got []string
+	for _, dl := range dls {
+		got = append(got, dl.Reason+" "+dl.Error)
+	}
+	if !slices.Equal(got, wantBad) {
+		t.Fatalf("dead letters\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantBad, "\n"))
+	}
+}

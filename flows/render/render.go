@@ -32,10 +32,10 @@ var Formats = []string{"table", "jsonl", "csv"}
 //     JSON integers, float64 as numbers (NaN and infinities as the strings
 //     "NaN", "+Inf", "-Inf"), decimals as strings of their exact text, bytes
 //     as standard base64, dates YYYY-MM-DD, timestamps time.RFC3339Nano in
-//     UTC with Z, NULL as null.
+//     UTC with Z, arrays as JSON lists of those, NULL as null.
 //   - csv: RFC 4180 with a header row; the values' text as in jsonl without
 //     JSON quoting, NULL as an empty field (and so is an empty string: use
-//     jsonl to tell them apart).
+//     jsonl to tell them apart); an array as its JSON list.
 //
 // Output streams row by row through a buffer. An unknown format is an error
 // and writes nothing.
@@ -100,6 +100,16 @@ func appendText(dst []byte, v *batch.Vector, i int) []byte {
 		return appendDecimal(dst, v.Decs[i], v.Type.Scale)
 	case batch.KindBytes:
 		return base64.StdEncoding.AppendEncode(dst, v.Bytes[i])
+	case batch.KindArray:
+		lo, hi := v.Array(i)
+		dst = append(dst, '[')
+		for j := lo; j < hi; j++ {
+			if j > lo {
+				dst = append(dst, ',')
+			}
+			dst = appendJSON(dst, v.Elems, j)
+		}
+		return append(dst, ']')
 	}
 	return dst
 }
@@ -164,12 +174,31 @@ func appendDecimal(dst []byte, d batch.Dec128, scale int) []byte {
 // quoted reports whether jsonl writes the kind's text as a JSON string.
 func quoted(k batch.Kind, f float64) bool {
 	switch k {
-	case batch.KindInt64, batch.KindBool:
+	case batch.KindInt64, batch.KindBool, batch.KindArray:
 		return false
 	case batch.KindFloat64:
 		return math.IsNaN(f) || math.IsInf(f, 0)
 	}
 	return true
+}
+
+// appendJSON appends row i of v as a JSON value.
+func appendJSON(dst []byte, v *batch.Vector, i int) []byte {
+	if v.IsNull(i) {
+		return append(dst, "null"...)
+	}
+	var f float64
+	if v.Type.Kind == batch.KindFloat64 {
+		f = v.Floats[i]
+	}
+	switch {
+	case v.Type.Kind == batch.KindString:
+		return appendJSONString(dst, v.Strs[i])
+	case quoted(v.Type.Kind, f):
+		// The text of every other kind needs no escaping.
+		return append(appendText(append(dst, '"'), v, i), '"')
+	}
+	return appendText(dst, v, i)
 }
 
 func writeJSONL(w *bufio.Writer, b *batch.Batch) error {
@@ -189,23 +218,7 @@ func writeJSONL(w *bufio.Writer, b *batch.Batch) error {
 		}
 		for c, v := range b.Vectors {
 			line = append(line, keys[c]...)
-			if v.IsNull(i) {
-				line = append(line, "null"...)
-				continue
-			}
-			var f float64
-			if v.Type.Kind == batch.KindFloat64 {
-				f = v.Floats[i]
-			}
-			switch {
-			case v.Type.Kind == batch.KindString:
-				line = appendJSONString(line, v.Strs[i])
-			case quoted(v.Type.Kind, f):
-				// The text of every other kind needs no escaping.
-				line = append(appendText(append(line, '"'), v, i), '"')
-			default:
-				line = appendText(line, v, i)
-			}
+			line = appendJSON(line, v, i)
 		}
 		line = append(line, '}', '\n')
 		if _, err := w.Write(line); err != nil {

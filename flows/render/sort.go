@@ -71,35 +71,18 @@ func compare(v *batch.Vector, i, j int) int {
 		return bytes.Compare(v.Bytes[i], v.Bytes[j])
 	case batch.KindDecimal:
 		return v.Decs[i].Cmp(v.Decs[j])
+	case batch.KindArray:
+		ilo, ihi := v.Array(i)
+		jlo, jhi := v.Array(j)
+		for ; ilo < ihi && jlo < jhi; ilo, jlo = ilo+1, jlo+1 {
+			if c := compare(v.Elems, ilo, jlo); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(ihi-ilo, jhi-jlo)
 	}
 	return 0
 }
 
 // permute reorders v so that its row k is the old row perm[k].
-func permute(v *batch.Vector, perm []int) {
-	if v.Nulls != nil {
-		v.Nulls = gather(v.Nulls, perm)
-	}
-	switch v.Type.Kind {
-	case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
-		v.Ints = gather(v.Ints, perm)
-	case batch.KindFloat64:
-		v.Floats = gather(v.Floats, perm)
-	case batch.KindBool:
-		v.Bools = gather(v.Bools, perm)
-	case batch.KindString:
-		v.Strs = gather(v.Strs, perm)
-	case batch.KindBytes:
-		v.Bytes = gather(v.Bytes, perm)
-	case batch.KindDecimal:
-		v.Decs = gather(v.Decs, perm)
-	}
-}
-
-func gather[T any](s []T, perm []int) []T {
-	out := make([]T, len(perm))
-	for k, i := range perm {
-		out[k] = s[i]
-	}
-	return out
-}
+func permute(v *batch.Vector, perm []int) { *v = *v.Take(perm) }

@@ -138,7 +138,7 @@ func New(f *spec.Flow, source batch.Schema, lenient bool) (*Rules, error) {
 			return nil, err
 		}
 		for _, name := range p.refs {
-			if k := r.out.Index(name); k >= 0 && r.out.Columns[k].Type.Kind == batch.KindDecimal {
+			if k := r.out.Index(name); k >= 0 && r.out.Columns[k].Type.Scalar().Kind == batch.KindDecimal {
 				// A decimal reads as a float64: the result would not be exact.
 				return nil, fmt.Errorf("computed column %s reads the decimal column %s, which an expression sees as a float64: compute it from other columns", cc.Name, name)
 			}
@@ -408,6 +408,24 @@ func appendValue(v *batch.Vector, x any) error {
 			return err
 		}
 		v.AppendDecimal(d)
+	case batch.KindArray:
+		xs := reflect.ValueOf(x)
+		if xs.Kind() != reflect.Slice {
+			return bad()
+		}
+		n := v.Elems.Len()
+		for j := range xs.Len() {
+			e := xs.Index(j).Interface()
+			if e == nil {
+				v.Elems.Truncate(n)
+				return fmt.Errorf("element %d is null: the elements of %v are never null", j, v.Type)
+			}
+			if err := appendValue(v.Elems, e); err != nil {
+				v.Elems.Truncate(n)
+				return fmt.Errorf("element %d: %w", j, err)
+			}
+		}
+		v.EndArray()
 	default:
 		return bad()
 	}

@@ -336,6 +336,18 @@ func (c *checker) tables() {
 		c.columns(path+".columns", t.Columns)
 		c.nameList(path+".order_by", t.OrderBy)
 		c.nameList(path+".partition_by", t.PartitionBy)
+		for _, key := range []struct {
+			name  string
+			names []string
+		}{{"order_by", t.OrderBy}, {"partition_by", t.PartitionBy}} {
+			for j, n := range key.names {
+				for _, col := range t.Columns {
+					if col.Name == n && col.Type.Kind == batch.KindArray {
+						c.add(indexPath(path+"."+key.name, j), "column %s is %v: %s takes scalar columns", n, col.Type, key.name)
+					}
+				}
+			}
+		}
 		if c.written(path+".state_cache", t.StateCache, nil) && t.StateCache <= 0 {
 			c.add(path+".state_cache", "must be positive")
 		}
@@ -359,7 +371,10 @@ func (c *checker) columns(path string, cols []Column) {
 		}
 		seen[col.Name] = true
 		if col.Type.Kind == batch.KindInvalid && !c.bad[cp+".type"] {
-			c.add(cp+".type", "required: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes")
+			c.add(cp+".type", "required: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes, array(T)")
+		}
+		if col.Type.Kind == batch.KindArray && col.Nullable {
+			c.add(cp+".nullable", "column %s is %v, and an array is never null (ClickHouse has no nullable arrays): remove nullable; a missing or null list is then a dead letter, and an empty list an empty array", col.Name, col.Type)
 		}
 		if col.Path != "" && slices.Contains(strings.Split(col.Path, "."), "") {
 			c.add(cp+".path", "%q has an empty segment: name the nested field by its fields' names joined with dots, customer.address.zip", col.Path)
@@ -368,7 +383,7 @@ func (c *checker) columns(path string, cols []Column) {
 		case col.Unit == "":
 		case col.Unit != "s" && col.Unit != "ms" && col.Unit != "us" && col.Unit != "ns":
 			c.add(cp+".unit", "unknown unit %q: s, ms, us or ns (what an integer timestamp counts since the epoch)", col.Unit)
-		case col.Type.Kind != batch.KindTimestamp && col.Type.Kind != batch.KindInvalid:
+		case col.Type.Scalar().Kind != batch.KindTimestamp && col.Type.Kind != batch.KindInvalid:
 			c.add(cp+".unit", "a unit applies to timestamp columns; %s is %v", col.Name, col.Type)
 		}
 	}
@@ -756,7 +771,7 @@ func (c *checker) rules(i int, f *Flow) {
 		}
 		seen[cc.Name] = true
 		if cc.Type.Kind == batch.KindInvalid && !c.bad[cp+".type"] {
-			c.add(cp+".type", "required: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes")
+			c.add(cp+".type", "required: one of string, int64, float64, bool, timestamp, date, decimal(P,S), bytes, array(T)")
 		}
 		if cc.Expr == "" {
 			c.add(cp+".expr", "required: the expression giving the column's value")
@@ -885,7 +900,7 @@ func (c *checker) incremental(i int, f *Flow) {
 		}
 	}
 	switch t.Kind {
-	case batch.KindBool, batch.KindBytes:
+	case batch.KindBool, batch.KindBytes, batch.KindArray:
 		c.add(path+".type", "a cursor is int64, float64, decimal, timestamp, date or string, not %s", t)
 		t = batch.Type{}
 	}
@@ -1018,6 +1033,11 @@ func (c *checker) cdcFlow(i int, f *Flow) {
 	c.nameList(path+".keys", f.Keys)
 	if known {
 		c.unknownColumns(path+".keys", f.Keys, schema, "source columns")
+		for j, n := range f.Keys {
+			if k := schema.Index(n); k >= 0 && schema.Columns[k].Type.Kind == batch.KindArray {
+				c.add(indexPath(path+".keys", j), "key column %s is %v: a key is made of scalar columns", n, schema.Columns[k].Type)
+			}
+		}
 	}
 
 	if !snapshot {
@@ -1249,11 +1269,11 @@ func decimalRefs(src string, source batch.Schema, before []ComputedColumn) []str
 		if !ok || slices.Contains(out, id.Value) {
 			return false
 		}
-		if k := source.Index(id.Value); k >= 0 && source.Columns[k].Type.Kind == batch.KindDecimal {
+		if k := source.Index(id.Value); k >= 0 && source.Columns[k].Type.Scalar().Kind == batch.KindDecimal {
 			out = append(out, id.Value)
 		}
 		for _, cc := range before {
-			if cc.Name == id.Value && cc.Type.Kind == batch.KindDecimal {
+			if cc.Name == id.Value && cc.Type.Scalar().Kind == batch.KindDecimal {
 				out = append(out, id.Value)
 			}
 		}

@@ -300,6 +300,30 @@ flows:
     computed_columns:
       - {name: cents, type: int64, expr: "amount * 100"} #! flows[0].computed_columns[0].expr: reads the decimal column amount, which an expression sees as a float64
 `},
+		{"array columns", header + `tables:
+  - name: t
+    columns:
+      - {name: a, type: array(int64), nullable: true} #! tables[0].columns[0].nullable: column a is array(int64), and an array is never null (ClickHouse has no nullable arrays): remove nullable; a missing or null list is then a dead letter, and an empty list an empty array
+      - {name: b, type: array(array(int64))} #! tables[0].columns[1].type: unknown type "array(array(int64))": the elements of an array are a scalar type (a list of lists loads into a child table, docs/schema.md#child-tables)
+      - {name: c, type: array(timestamp), unit: s}
+    order_by: [c] #! tables[0].order_by[0]: column c is array(timestamp): order_by takes scalar columns
+  - name: u
+flows:
+  - name: f
+    target: u
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: t
+        columns:
+          - {name: id, type: array(int64)}
+          - {name: seq, type: int64}
+          - {name: prices, type: "array(decimal(10,2))"}
+    keys: [id] #! flows[0].keys[0]: key column id is array(int64): a key is made of scalar columns
+    sequence_by: seq
+    computed_columns:
+      - {name: total, type: float64, expr: "sum(prices)"} #! flows[0].computed_columns[0].expr: reads the decimal column prices, which an expression sees as a float64: its result would not be exact; compute it from other columns, or store the decimal column as it is
+`},
 		{"column unit", header + `tables:
   - name: t
     columns:

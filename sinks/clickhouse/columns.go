@@ -2,9 +2,12 @@ package clickhouse
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -55,6 +58,9 @@ func (f features) dayRange(st storage) (lo, hi int64) {
 // stored as col, checking that every value fits. Nullable columns get
 // pointer slices (nil for NULL) pointing into the vector.
 func (f features) values(table string, col column, v *batch.Vector) (any, error) {
+	if col.Type.Kind == batch.KindArray {
+		return f.arrays(table, col, v)
+	}
 	n := v.Len()
 	null := func(i int) bool { return v.IsNull(i) }
 	switch col.storage {
@@ -140,6 +146,32 @@ func (f features) values(table string, col column, v *batch.Vector) (any, error)
 		return ptrs(col.Nullable, ds, null), nil
 	}
 	return nil, fmt.Errorf("clickhouse: table %s column %s: no conversion for %s", table, col.Name, col.chType)
+}
+
+// arrays converts an array vector into the [][]T clickhouse-go appends to
+// an Array column: the elements converted as values of the element type,
+// cut into rows. A RangeError names the row and the element.
+func (f features) arrays(table string, col column, v *batch.Vector) (any, error) {
+	ec := col
+	ec.Type, ec.Nullable = col.Type.ElemType(), false
+	elems, err := f.values(table, ec, v.Elems)
+	if err != nil {
+		var re *RangeError
+		if errors.As(err, &re) {
+			row, _ := slices.BinarySearch(v.Ends, int32(re.Row+1))
+			lo, _ := v.Array(row)
+			re.Column = fmt.Sprintf("%s[%d]", col.Name, re.Row-lo)
+			re.Row = row
+		}
+		return nil, err
+	}
+	ev := reflect.ValueOf(elems)
+	out := reflect.MakeSlice(reflect.SliceOf(ev.Type()), v.Len(), v.Len())
+	for i := range v.Len() {
+		lo, hi := v.Array(i)
+		out.Index(i).Set(ev.Slice(lo, hi))
+	}
+	return out.Interface(), nil
 }
 
 // nativeColumn is a column's values in ClickHouse's native format, as
@@ -239,27 +271,42 @@ func scalar[T any](nullable bool, push func(v *batch.Vector, x T)) reader {
 	return reader{dest: x, push: func(v *batch.Vector) { push(v, *x) }}
 }
 
+// typed returns the reader of a column of T, or of Array(T) when col is
+// an array (its elements go through push).
+func typed[T any](col column, push func(v *batch.Vector, x T)) reader {
+	if col.Type.Kind == batch.KindArray {
+		xs := new([]T)
+		return reader{dest: xs, push: func(v *batch.Vector) {
+			for _, x := range *xs {
+				push(v.Elems, x)
+			}
+			v.EndArray()
+		}}
+	}
+	return scalar(col.Nullable, push)
+}
+
 // newReader returns the reader of a column stored as col.
 func newReader(col column) reader {
 	switch col.storage {
 	case storeString:
-		if col.Type.Kind == batch.KindBytes {
-			return scalar(col.Nullable, func(v *batch.Vector, s string) { v.AppendBytes([]byte(s)) })
+		if col.Type.Kind == batch.KindBytes || col.Type.Kind == batch.KindArray && col.Type.Elem == batch.KindBytes {
+			return typed(col, func(v *batch.Vector, s string) { v.AppendBytes([]byte(s)) })
 		}
-		return scalar(col.Nullable, func(v *batch.Vector, s string) { v.AppendString(s) })
+		return typed(col, func(v *batch.Vector, s string) { v.AppendString(s) })
 	case storeInt64, storeMicros:
-		return scalar(col.Nullable, func(v *batch.Vector, x int64) { v.AppendInt(x) })
+		return typed(col, func(v *batch.Vector, x int64) { v.AppendInt(x) })
 	case storeFloat64:
-		return scalar(col.Nullable, func(v *batch.Vector, x float64) { v.AppendFloat(x) })
+		return typed(col, func(v *batch.Vector, x float64) { v.AppendFloat(x) })
 	case storeUInt8:
-		return scalar(col.Nullable, func(v *batch.Vector, x uint8) { v.AppendBool(x != 0) })
+		return typed(col, func(v *batch.Vector, x uint8) { v.AppendBool(x != 0) })
 	case storeDateTime, storeDateTime64:
-		return scalar(col.Nullable, func(v *batch.Vector, t time.Time) { v.AppendInt(t.UnixMicro()) })
+		return typed(col, func(v *batch.Vector, t time.Time) { v.AppendInt(t.UnixMicro()) })
 	case storeDate, storeDate32:
-		return scalar(col.Nullable, func(v *batch.Vector, t time.Time) { v.AppendInt(floorDiv(t.Unix(), secondsPerDay)) })
+		return typed(col, func(v *batch.Vector, t time.Time) { v.AppendInt(floorDiv(t.Unix(), secondsPerDay)) })
 	case storeDecimal:
 		scale := col.Type.Scale
-		return scalar(col.Nullable, func(v *batch.Vector, d decimal.Decimal) { v.AppendDecimal(unscaled(d, scale)) })
+		return typed(col, func(v *batch.Vector, d decimal.Decimal) { v.AppendDecimal(unscaled(d, scale)) })
 	}
 	panic(fmt.Sprintf("clickhouse: no reader for storage %d of column %s", col.storage, col.Name))
 }

@@ -172,7 +172,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 func columnDef(c batch.Column, f features, own bool) string {
 	if own {
 		def := chsql.Quote(c.Name) + " " + chType(c.Type, c.Nullable, f)
-		if c.Type.Kind == batch.KindBytes {
+		if c.Type.Kind == batch.KindBytes || c.Type.Kind == batch.KindArray && c.Type.Elem == batch.KindBytes {
 			def += " COMMENT '" + bytesComment + "'"
 		}
 		return def
@@ -235,7 +235,14 @@ func validateTable(t sinks.Table) error {
 		if _, dup := seen[c.Name]; dup {
 			return fmt.Errorf("clickhouse: table %s: column %s is declared twice", t.Name, c.Name)
 		}
-		switch c.Type.Kind {
+		kind := c.Type.Kind
+		if kind == batch.KindArray {
+			kind = c.Type.Elem
+			if c.Nullable {
+				return fmt.Errorf("clickhouse: table %s: column %s: ClickHouse has no nullable arrays", t.Name, c.Name)
+			}
+		}
+		switch kind {
 		case batch.KindString, batch.KindInt64, batch.KindFloat64, batch.KindBool, batch.KindTimestamp,
 			batch.KindDate, batch.KindBytes:
 		case batch.KindDecimal:
@@ -393,6 +400,8 @@ func reconcileColumns(t sinks.Table, info *tableInfo) (add []batch.Column, probl
 		switch {
 		case !ok && c.Nullable:
 			add = append(add, c)
+		case !ok && c.Type.Kind == batch.KindArray:
+			problems = append(problems, fmt.Sprintf("column %s (%s) is new, and an array is never null: existing rows have no value for it; run a full refresh of the table's flows to load it from the start", c.Name, spelled(c)))
 		case !ok:
 			problems = append(problems, fmt.Sprintf("column %s (%s) is new and not nullable: existing rows have no value for it; declare it nullable: true, or create a new table", c.Name, spelled(c)))
 		case have.Type != c.Type || have.Nullable != c.Nullable:

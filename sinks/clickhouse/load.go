@@ -250,7 +250,7 @@ func (s *Sink) stageValues(table string, cols []column, b *batch.Batch) (names [
 	vals = make([]any, len(cols))
 	for i, c := range cols {
 		names[i] = c.Name
-		if c.storage == storeDecimal {
+		if c.storage == storeDecimal && c.Type.Kind != batch.KindArray {
 			vals[i], err = nativeDecimals(table, c, b.Vectors[i])
 		} else {
 			vals[i], err = s.feat.values(table, c, b.Vectors[i])

@@ -138,7 +138,13 @@ func TestTypeMapping(t *testing.T) {
 	if got := chType(batch.Timestamp, true, featuresOf(23, 3)); got != "Nullable(DateTime64(6, 'UTC'))" {
 		t.Errorf("23.3: timestamp -> %s", got)
 	}
-	for _, bad := range []string{"UInt64", "Array(String)", "DateTime64(3, 'UTC')", "LowCardinality(String)", "Decimal(40, 2)"} {
+	for ch, want := range map[string]batch.Type{"Array(String)": batch.ArrayOf(batch.String), "Array(Decimal(12, 2))": batch.ArrayOf(batch.Decimal(12, 2))} {
+		if c, err := parseColumn("c", ch, ""); err != nil || c.Type != want || c.Nullable {
+			t.Errorf("parseColumn(%s) = %+v, %v; want %v", ch, c.Column, err, want)
+		}
+	}
+	for _, bad := range []string{"UInt64", "Array(UInt64)", "Array(Nullable(String))", "Array(Array(Int64))", "Nullable(Array(String))",
+		"DateTime64(3, 'UTC')", "LowCardinality(String)", "Decimal(40, 2)"} {
 		if _, err := parseColumn("c", bad, ""); err == nil {
 			t.Errorf("parseColumn accepted %s", bad)
 		}

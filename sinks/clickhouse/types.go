@@ -25,6 +25,10 @@ func featuresOf(major, minor int) features {
 // gets: a timestamp on a server without DateTime64 is an Int64 of
 // microseconds, exact, where DateTime would keep whole seconds.
 func columnType(t batch.Type, nullable bool, f features) (typ, comment string) {
+	if t.Kind == batch.KindArray {
+		typ, comment = columnType(t.ElemType(), false, f)
+		return "Array(" + typ + ")", comment
+	}
 	switch {
 	case t.Kind == batch.KindTimestamp && !f.dateTime64:
 		typ, comment = "Int64", timestampComment
@@ -43,7 +47,7 @@ func (c column) comment() string {
 	switch {
 	case c.storage == storeMicros:
 		return timestampComment
-	case c.Type.Kind == batch.KindBytes:
+	case c.Type.Kind == batch.KindBytes || c.Type.Kind == batch.KindArray && c.Type.Elem == batch.KindBytes:
 		return bytesComment
 	}
 	return ""
@@ -55,6 +59,8 @@ func (c column) comment() string {
 func chType(t batch.Type, nullable bool, f features) string {
 	var s string
 	switch t.Kind {
+	case batch.KindArray:
+		s = "Array(" + chType(t.ElemType(), false, f) + ")"
 	case batch.KindString, batch.KindBytes:
 		s = "String"
 	case batch.KindInt64:
@@ -121,6 +127,14 @@ func parseColumn(name, typ, comment string) (column, error) {
 	}
 	unsupported := func() (column, error) {
 		return column{}, fmt.Errorf("column %s has type %s, which sluice does not map (see docs/clickhouse.md)", name, typ)
+	}
+	if inner, ok := strings.CutPrefix(t, "Array("); ok && strings.HasSuffix(inner, ")") && !c.Nullable {
+		e, err := parseColumn(name, inner[:len(inner)-1], comment)
+		if err != nil || e.Nullable || e.Type.Kind == batch.KindArray {
+			return unsupported()
+		}
+		c.Type, c.storage = batch.ArrayOf(e.Type), e.storage
+		return c, nil
 	}
 	switch {
 	case t == "String":

@@ -884,6 +884,14 @@ func merged(segs []segment) []rowRef {
 func gatherRows(schema batch.Schema, segs []segment, refs []rowRef) *batch.Batch {
 	out := &batch.Batch{Schema: schema, Vectors: make([]*batch.Vector, len(schema.Columns))}
 	for c, col := range schema.Columns {
+		if col.Type.Kind == batch.KindArray {
+			w := batch.NewVector(col.Type, len(refs))
+			for _, r := range refs {
+				w.AppendFrom(segs[r.seg].b.Vectors[c], int(r.row))
+			}
+			out.Vectors[c] = w
+			continue
+		}
 		w := &batch.Vector{Type: col.Type}
 		for _, sg := range segs {
 			if sg.b.Vectors[c].Nulls != nil {

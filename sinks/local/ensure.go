@@ -176,7 +176,10 @@ func evolve(stored, declared batch.Schema) (added []string, err error) {
 	for _, c := range declared.Columns {
 		k := stored.Index(c.Name)
 		if k < 0 {
-			if !c.Nullable {
+			switch {
+			case c.Type.Kind == batch.KindArray:
+				errs = multierror.Append(errs, fmt.Errorf("column %s (%v) is new, and an array is never null: the rows already stored have no value for it; run a full refresh of the table's flows to load it from the start", c.Name, c.Type))
+			case !c.Nullable:
 				errs = multierror.Append(errs, fmt.Errorf("column %s is new and not nullable (only nullable columns can be added)", c.Name))
 			}
 			added = append(added, c.Name)

@@ -209,23 +209,32 @@ func describe(s batch.Schema) []string {
 // written: dates beyond int32 days, decimals beyond their precision.
 func checkValues(b *batch.Batch) error {
 	for i, c := range b.Schema.Columns {
-		v := b.Vectors[i]
-		switch c.Type.Kind {
-		case batch.KindDate:
-			for r, x := range v.Ints {
-				if x < math.MinInt32 || x > math.MaxInt32 {
-					return fmt.Errorf("column %s row %d: date %d days from 1970-01-01 is out of range", c.Name, r, x)
+		if err := checkVector(b.Vectors[i]); err != nil {
+			return fmt.Errorf("column %s %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+func checkVector(v *batch.Vector) error {
+	switch v.Type.Kind {
+	case batch.KindDate:
+		for r, x := range v.Ints {
+			if x < math.MinInt32 || x > math.MaxInt32 {
+				return fmt.Errorf("row %d: date %d days from 1970-01-01 is out of range", r, x)
+			}
+		}
+	case batch.KindDecimal:
+		if v.Type.Precision <= 18 {
+			for r, x := range v.Decs {
+				if !fitsInt64(x) {
+					return fmt.Errorf("row %d: %s does not fit %v", r, batch.FormatDecimal(x, v.Type.Scale), v.Type)
 				}
 			}
-		case batch.KindDecimal:
-			if c.Type.Precision <= 18 {
-				for r, x := range v.Decs {
-					if !fitsInt64(x) {
-						return fmt.Errorf("column %s row %d: %s does not fit %v", c.Name, r,
-							batch.FormatDecimal(x, c.Type.Scale), c.Type)
-					}
-				}
-			}
+		}
+	case batch.KindArray:
+		if err := checkVector(v.Elems); err != nil {
+			return fmt.Errorf("element %w", err)
 		}
 	}
 	return nil

@@ -123,6 +123,10 @@ func newOrderedGroup(names []string, nodes []parquet.Node) *orderedGroup {
 // parquetNode returns the parquet leaf of a column type: see doc.go for the
 // mapping.
 func parquetNode(c batch.Column) parquet.Node {
+	if c.Type.Kind == batch.KindArray {
+		// A required LIST of required elements: arrays are never null.
+		return parquet.List(parquetNode(batch.Column{Name: c.Name, Type: c.Type.ElemType()}))
+	}
 	var n parquet.Node
 	switch t := c.Type; t.Kind {
 	case batch.KindString:
@@ -187,7 +191,8 @@ type fileWriter struct {
 	rgRows  int   // rows in the current row group
 	flushed int64 // file size estimate at the last row group's end
 	vals    []parquet.Value
-	fixed   []byte // scratch for 16-byte decimals
+	fixed   []byte          // scratch for 16-byte decimals
+	elems   []parquet.Value // scratch for arrays' elements
 }
 
 // createFile creates path and returns a writer of schema's files whose
@@ -353,6 +358,9 @@ func (fw *fileWriter) writeLoadIDs(n int) error {
 // writeColumn converts rows [from, to) of v into parquet values, a chunk at a
 // time, and hands them to the column's writer.
 func (fw *fileWriter) writeColumn(ci int, col batch.Column, v *batch.Vector, from, to int) error {
+	if col.Type.Kind == batch.KindArray {
+		return fw.writeArrays(ci, col, v, from, to)
+	}
 	cw := fw.cols[ci]
 	def := 0
 	if col.Nullable {
@@ -361,57 +369,8 @@ func (fw *fileWriter) writeColumn(ci int, col batch.Column, v *batch.Vector, fro
 	for off := from; off < to; off += len(fw.vals) {
 		end := min(to, off+len(fw.vals))
 		vs := fw.vals[:end-off]
-		switch col.Type.Kind {
-		case batch.KindInt64, batch.KindTimestamp:
-			for i, x := range v.Ints[off:end] {
-				vs[i] = parquet.Int64Value(x)
-			}
-		case batch.KindDate:
-			for i, x := range v.Ints[off:end] {
-				if x < math.MinInt32 || x > math.MaxInt32 {
-					return fmt.Errorf("date %d days from 1970-01-01 is out of range", x)
-				}
-				vs[i] = parquet.Int32Value(int32(x))
-			}
-		case batch.KindFloat64:
-			for i, x := range v.Floats[off:end] {
-				vs[i] = parquet.DoubleValue(x)
-			}
-		case batch.KindBool:
-			for i, x := range v.Bools[off:end] {
-				vs[i] = parquet.BooleanValue(x)
-			}
-		case batch.KindString:
-			for i, x := range v.Strs[off:end] {
-				vs[i] = parquet.ByteArrayValue(strBytes(x))
-			}
-		case batch.KindBytes:
-			for i, x := range v.Bytes[off:end] {
-				if x == nil {
-					x = []byte{}
-				}
-				vs[i] = parquet.ByteArrayValue(x)
-			}
-		case batch.KindDecimal:
-			if col.Type.Precision <= 18 {
-				for i, x := range v.Decs[off:end] {
-					if !fitsInt64(x) {
-						return fmt.Errorf("decimal %s does not fit decimal(%d,%d)",
-							batch.FormatDecimal(x, col.Type.Scale), col.Type.Precision, col.Type.Scale)
-					}
-					vs[i] = parquet.Int64Value(int64(x.Lo))
-				}
-			} else {
-				if cap(fw.fixed) < 16*len(vs) {
-					fw.fixed = make([]byte, 16*len(fw.vals))
-				}
-				for i, x := range v.Decs[off:end] {
-					b := fw.fixed[16*i : 16*i+16]
-					binary.BigEndian.PutUint64(b[:8], uint64(x.Hi))
-					binary.BigEndian.PutUint64(b[8:], x.Lo)
-					vs[i] = parquet.FixedLenByteArrayValue(b)
-				}
-			}
+		if err := fw.convert(col.Type, v, off, vs); err != nil {
+			return err
 		}
 		if def > 0 {
 			nulls := v.Nulls
@@ -428,6 +387,114 @@ func (fw *fileWriter) writeColumn(ci int, col batch.Column, v *batch.Vector, fro
 		}
 		if _, err := cw.WriteRowValues(vs); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// writeArrays writes rows [from, to) of an array vector as a LIST column: a
+// row's first element at repetition level 0, the others at 1, an empty
+// row as one null at definition level 0. Rows go to the column writer
+// whole, a few thousand values at a time.
+func (fw *fileWriter) writeArrays(ci int, col batch.Column, v *batch.Vector, from, to int) error {
+	cw := fw.cols[ci]
+	for r := from; r < to; {
+		end, n := r, 0 // rows [r, end) make n values
+		for end < to {
+			lo, hi := v.Array(end)
+			k := max(hi-lo, 1)
+			if n > 0 && n+k > len(fw.vals) {
+				break
+			}
+			n += k
+			end++
+		}
+		lo, _ := v.Array(r)
+		_, hi := v.Array(end - 1)
+		if cap(fw.elems) < hi-lo {
+			fw.elems = make([]parquet.Value, hi-lo)
+		}
+		elems := fw.elems[:hi-lo]
+		if err := fw.convert(col.Type.ElemType(), v.Elems, lo, elems); err != nil {
+			return err
+		}
+		vs := make([]parquet.Value, 0, n)
+		for row := r; row < end; row++ {
+			a, b := v.Array(row)
+			if a == b {
+				vs = append(vs, parquet.Value{}.Level(0, 0, ci))
+				continue
+			}
+			for j := a; j < b; j++ {
+				rep := 1
+				if j == a {
+					rep = 0
+				}
+				vs = append(vs, elems[j-lo].Level(rep, 1, ci))
+			}
+		}
+		if _, err := cw.WriteRowValues(vs); err != nil {
+			return err
+		}
+		r = end
+	}
+	return nil
+}
+
+// convert sets vs to the parquet values of rows [off, off+len(vs)) of v, a
+// vector of type t, without levels.
+func (fw *fileWriter) convert(t batch.Type, v *batch.Vector, off int, vs []parquet.Value) error {
+	end := off + len(vs)
+	switch t.Kind {
+	case batch.KindInt64, batch.KindTimestamp:
+		for i, x := range v.Ints[off:end] {
+			vs[i] = parquet.Int64Value(x)
+		}
+	case batch.KindDate:
+		for i, x := range v.Ints[off:end] {
+			if x < math.MinInt32 || x > math.MaxInt32 {
+				return fmt.Errorf("date %d days from 1970-01-01 is out of range", x)
+			}
+			vs[i] = parquet.Int32Value(int32(x))
+		}
+	case batch.KindFloat64:
+		for i, x := range v.Floats[off:end] {
+			vs[i] = parquet.DoubleValue(x)
+		}
+	case batch.KindBool:
+		for i, x := range v.Bools[off:end] {
+			vs[i] = parquet.BooleanValue(x)
+		}
+	case batch.KindString:
+		for i, x := range v.Strs[off:end] {
+			vs[i] = parquet.ByteArrayValue(strBytes(x))
+		}
+	case batch.KindBytes:
+		for i, x := range v.Bytes[off:end] {
+			if x == nil {
+				x = []byte{}
+			}
+			vs[i] = parquet.ByteArrayValue(x)
+		}
+	case batch.KindDecimal:
+		if t.Precision <= 18 {
+			for i, x := range v.Decs[off:end] {
+				if !fitsInt64(x) {
+					return fmt.Errorf("decimal %s does not fit decimal(%d,%d)",
+						batch.FormatDecimal(x, t.Scale), t.Precision, t.Scale)
+				}
+				vs[i] = parquet.Int64Value(int64(x.Lo))
+			}
+		} else {
+			if cap(fw.fixed) < 16*len(vs) {
+				fw.fixed = make([]byte, 16*max(len(vs), len(fw.vals)))
+			}
+			for i, x := range v.Decs[off:end] {
+				b := fw.fixed[16*i : 16*i+16]
+				binary.BigEndian.PutUint64(b[:8], uint64(x.Hi))
+				binary.BigEndian.PutUint64(b[8:], x.Lo)
+				vs[i] = parquet.FixedLenByteArrayValue(b)
+			}
 		}
 	}
 	return nil
@@ -466,6 +533,9 @@ func readOpenFile(f fsys.File, out *batch.Batch, each func() error) error {
 	for i, c := range out.Schema.Columns {
 		leaf[i] = -1
 		pc := pf.Root().Column(c.Name)
+		if pc != nil && c.Type.Kind == batch.KindArray {
+			pc = listElement(pc)
+		}
 		if pc == nil {
 			if !c.Nullable {
 				return fmt.Errorf("%s: no column %s", path, c.Name)
@@ -506,14 +576,37 @@ func readOpenFile(f fsys.File, out *batch.Batch, each func() error) error {
 	return nil
 }
 
-// checkColumn verifies that a file's column stores the table column's type.
+// listElement returns the element leaf of a LIST column as parquetNode
+// writes it, or nil.
+func listElement(pc *parquet.Column) *parquet.Column {
+	if l := pc.Column("list"); l != nil && l.Repeated() {
+		if e := l.Column("element"); e != nil && e.Leaf() {
+			return e
+		}
+	}
+	return nil
+}
+
+// checkColumn verifies that a file's column stores the table column's type;
+// for an array, pc is the element's leaf.
 func checkColumn(pc *parquet.Column, c batch.Column) error {
+	if c.Type.Kind == batch.KindArray {
+		if !pc.Leaf() || pc.Optional() || pc.MaxRepetitionLevel() != 1 || pc.MaxDefinitionLevel() != 1 {
+			return errors.New("not a LIST of required elements")
+		}
+		return checkType(pc, c.Type.ElemType())
+	}
 	if !pc.Leaf() || pc.Repeated() {
 		return errors.New("not a flat column")
 	}
+	return checkType(pc, c.Type)
+}
+
+// checkType verifies that a leaf stores values of a scalar type.
+func checkType(pc *parquet.Column, t batch.Type) error {
 	kind := pc.Type().Kind()
 	want := parquet.Int64
-	switch c.Type.Kind {
+	switch t.Kind {
 	case batch.KindString, batch.KindBytes:
 		want = parquet.ByteArray
 	case batch.KindFloat64:
@@ -523,7 +616,7 @@ func checkColumn(pc *parquet.Column, c batch.Column) error {
 	case batch.KindDate:
 		want = parquet.Int32
 	case batch.KindDecimal:
-		if c.Type.Precision > 18 {
+		if t.Precision > 18 {
 			want = parquet.FixedLenByteArray
 			if pc.Type().Length() != 16 {
 				return fmt.Errorf("decimal stored in %d bytes, want 16", pc.Type().Length())
@@ -533,8 +626,8 @@ func checkColumn(pc *parquet.Column, c batch.Column) error {
 		if lt := pc.Type().LogicalType(); lt != nil {
 			dec, _ = lt.Value.(*format.DecimalType)
 		}
-		if dec == nil || int(dec.Scale) != c.Type.Scale {
-			return fmt.Errorf("stored as %v, want %v", pc.Type(), c.Type)
+		if dec == nil || int(dec.Scale) != t.Scale {
+			return fmt.Errorf("stored as %v, want %v", pc.Type(), t)
 		}
 	}
 	if kind != want {
@@ -546,15 +639,22 @@ func checkColumn(pc *parquet.Column, c batch.Column) error {
 func readChunk(cc parquet.ColumnChunk, c batch.Column, v *batch.Vector, vals []parquet.Value) error {
 	pages := cc.Pages()
 	defer pages.Close()
+	open := false // an array row is open
 	for {
 		p, err := pages.ReadPage()
 		if err == io.EOF {
+			if open {
+				v.EndArray()
+			}
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if !readPageData(p, c, v) {
+		switch {
+		case c.Type.Kind == batch.KindArray:
+			err = readArrayPage(p, c, v, vals, &open)
+		case !readPageData(p, c, v):
 			err = readPage(p, c, v, vals)
 		}
 		parquet.Release(p)
@@ -653,32 +753,8 @@ func readPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Va
 				v.AppendNull()
 				continue
 			}
-			switch c.Type.Kind {
-			case batch.KindInt64, batch.KindTimestamp:
-				v.AppendInt(x.Int64())
-			case batch.KindDate:
-				v.AppendInt(int64(x.Int32()))
-			case batch.KindFloat64:
-				v.AppendFloat(x.Double())
-			case batch.KindBool:
-				v.AppendBool(x.Boolean())
-			case batch.KindString:
-				v.AppendString(string(x.ByteArray()))
-			case batch.KindBytes:
-				v.AppendBytes(append([]byte{}, x.ByteArray()...))
-			case batch.KindDecimal:
-				if c.Type.Precision <= 18 {
-					v.AppendDecimal(batch.Dec128FromInt64(x.Int64()))
-				} else {
-					b := x.ByteArray()
-					if len(b) != 16 {
-						return fmt.Errorf("decimal of %d bytes, want 16", len(b))
-					}
-					v.AppendDecimal(batch.Dec128{
-						Hi: int64(binary.BigEndian.Uint64(b[:8])),
-						Lo: binary.BigEndian.Uint64(b[8:]),
-					})
-				}
+			if e := appendParquet(c.Type, v, x); e != nil {
+				return e
 			}
 		}
 		if err == io.EOF {
@@ -688,6 +764,69 @@ func readPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Va
 			return err
 		}
 	}
+}
+
+// readArrayPage appends the rows of a page of a LIST column (as
+// writeArrays writes them) to an array vector. open says that the last row
+// read is still open: its elements may go on in the next page.
+func readArrayPage(p parquet.Page, c batch.Column, v *batch.Vector, vals []parquet.Value, open *bool) error {
+	r := p.Values()
+	et := c.Type.ElemType()
+	for {
+		n, err := r.ReadValues(vals)
+		for _, x := range vals[:n] {
+			if x.RepetitionLevel() == 0 {
+				if *open {
+					v.EndArray()
+				}
+				*open = true
+			}
+			if x.DefinitionLevel() == 0 {
+				continue // an empty list
+			}
+			if e := appendParquet(et, v.Elems, x); e != nil {
+				return e
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// appendParquet appends a parquet value, not null, to a vector of type t.
+func appendParquet(t batch.Type, v *batch.Vector, x parquet.Value) error {
+	switch t.Kind {
+	case batch.KindInt64, batch.KindTimestamp:
+		v.AppendInt(x.Int64())
+	case batch.KindDate:
+		v.AppendInt(int64(x.Int32()))
+	case batch.KindFloat64:
+		v.AppendFloat(x.Double())
+	case batch.KindBool:
+		v.AppendBool(x.Boolean())
+	case batch.KindString:
+		v.AppendString(string(x.ByteArray()))
+	case batch.KindBytes:
+		v.AppendBytes(append([]byte{}, x.ByteArray()...))
+	case batch.KindDecimal:
+		if t.Precision <= 18 {
+			v.AppendDecimal(batch.Dec128FromInt64(x.Int64()))
+			break
+		}
+		b := x.ByteArray()
+		if len(b) != 16 {
+			return fmt.Errorf("decimal of %d bytes, want 16", len(b))
+		}
+		v.AppendDecimal(batch.Dec128{
+			Hi: int64(binary.BigEndian.Uint64(b[:8])),
+			Lo: binary.BigEndian.Uint64(b[8:]),
+		})
+	}
+	return nil
 }
 
 // filterFile writes the rows of the append-table file at path for which
@@ -771,6 +910,15 @@ func slice(b *batch.Batch, i, j int) *batch.Batch {
 	}
 	out := &batch.Batch{Schema: b.Schema, Vectors: make([]*batch.Vector, len(b.Vectors))}
 	for c, v := range b.Vectors {
+		if v.Type.Kind == batch.KindArray {
+			// Its rows' ends count from the first row's elements: a copy.
+			w := batch.NewVector(v.Type, j-i)
+			for r := i; r < j; r++ {
+				w.AppendFrom(v, r)
+			}
+			out.Vectors[c] = w
+			continue
+		}
 		w := &batch.Vector{Type: v.Type}
 		if v.Nulls != nil {
 			w.Nulls = v.Nulls[i:j]

@@ -137,28 +137,7 @@ func hiveEscape(dst, s []byte, binary bool) []byte {
 func take(b *batch.Batch, rows []int) *batch.Batch {
 	out := &batch.Batch{Schema: b.Schema, Vectors: make([]*batch.Vector, len(b.Vectors))}
 	for c, v := range b.Vectors {
-		w := &batch.Vector{Type: v.Type}
-		if v.Nulls != nil {
-			w.Nulls = make([]bool, len(rows))
-			for i, r := range rows {
-				w.Nulls[i] = v.Nulls[r]
-			}
-		}
-		switch v.Type.Kind {
-		case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
-			w.Ints = gather(v.Ints, rows)
-		case batch.KindFloat64:
-			w.Floats = gather(v.Floats, rows)
-		case batch.KindBool:
-			w.Bools = gather(v.Bools, rows)
-		case batch.KindString:
-			w.Strs = gather(v.Strs, rows)
-		case batch.KindBytes:
-			w.Bytes = gather(v.Bytes, rows)
-		case batch.KindDecimal:
-			w.Decs = gather(v.Decs, rows)
-		}
-		out.Vectors[c] = w
+		out.Vectors[c] = v.Take(rows)
 	}
 	return out
 }

@@ -123,6 +123,7 @@ func Run(t *testing.T, newDestination Factory, opts ...Option) {
 		{"loads_table", testLoadsTable},
 		{"dead_letters_in_same_load", testDeadLetters},
 		{"types_round_trip", func(t *testing.T, h *harness) { testTypes(t, h, c) }},
+		{"arrays_round_trip", func(t *testing.T, h *harness) { testArrays(t, h, c) }},
 		{"ensure_adds_nullable_column", testEnsureAdd},
 		{"ensure_rejects_changes", testEnsureReject},
 		{"unknown_table", testUnknownTable},
@@ -946,8 +947,71 @@ func sameValue(a *batch.Vector, i int, b *batch.Vector, j int) bool {
 		return bytes.Equal(a.Bytes[i], b.Bytes[j])
 	case batch.KindDecimal:
 		return a.Decs[i] == b.Decs[j]
+	case batch.KindArray:
+		alo, ahi := a.Array(i)
+		blo, bhi := b.Array(j)
+		if ahi-alo != bhi-blo {
+			return false
+		}
+		for k := range ahi - alo {
+			if !sameValue(a.Elems, alo+k, b.Elems, blo+k) {
+				return false
+			}
+		}
+		return true
 	}
 	return false
+}
+
+// arraysSchema has an array column of every scalar type of typesSchema.
+var arraysSchema = func() batch.Schema {
+	s := batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64}}}
+	for _, c := range typesSchema.Columns[1:] {
+		if !c.Nullable {
+			s.Columns = append(s.Columns, batch.Column{Name: "a_" + c.Name, Type: batch.ArrayOf(c.Type)})
+		}
+	}
+	return s
+}()
+
+// arraysRows are rows of arraysSchema: row r's arrays hold the values of
+// rows 0..r-1 of typesRows (row 0's are empty), and a last row holds
+// 10,000 elements, more than a page of values.
+func arraysRows(c config) *batch.Batch {
+	types := typesRows(c)
+	b := batch.New(arraysSchema, types.Len()+2)
+	for r := range types.Len() + 1 {
+		b.Vectors[0].AppendInt(int64(r))
+		for k := 1; k < len(arraysSchema.Columns); k++ {
+			v, src := b.Vectors[k], types.Vectors[2*k-1]
+			for i := range r {
+				v.Elems.AppendFrom(src, i)
+			}
+			v.EndArray()
+		}
+	}
+	b.Vectors[0].AppendInt(int64(types.Len() + 1))
+	for k := 1; k < len(arraysSchema.Columns); k++ {
+		v, src := b.Vectors[k], types.Vectors[2*k-1]
+		for i := range 10_000 {
+			v.Elems.AppendFrom(src, i%src.Len())
+		}
+		v.EndArray()
+	}
+	return b
+}
+
+func testArrays(t *testing.T, h *harness, c config) {
+	s := h.sink()
+	ensure(t, s, sinks.Table{Name: "arrays", Schema: arraysSchema})
+	want := arraysRows(c)
+	if _, err := h.commit(s, "f", map[string]*batch.Batch{"arrays": want},
+		sinks.Commit{To: batch.Positions{kafka("t", 0, 1)}, Rows: int64(want.Len())}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []sinks.Sink{s, h.sink()} {
+		sameTable(t, scan(t, s, "arrays"), want)
+	}
 }
 
 func testTypes(t *testing.T, h *harness, c config) {
@@ -964,28 +1028,35 @@ func testTypes(t *testing.T, h *harness, c config) {
 		if !slices.Equal(got.Schema.Names(), wantCols) {
 			t.Fatalf("columns %v, want %v", got.Schema.Names(), wantCols)
 		}
-		for i, col := range typesSchema.Columns {
-			if got.Schema.Columns[i] != col {
-				t.Errorf("column %d is %+v, want %+v", i, got.Schema.Columns[i], col)
-			}
+		sameTable(t, got, want)
+	}
+}
+
+// sameTable checks that a table scanned back holds the columns and rows of
+// want, whose first column is the row's number.
+func sameTable(t *testing.T, got, want *batch.Batch) {
+	t.Helper()
+	for i, col := range want.Schema.Columns {
+		if got.Schema.Columns[i] != col {
+			t.Errorf("column %d is %+v, want %+v", i, got.Schema.Columns[i], col)
 		}
-		if got.Len() != want.Len() {
-			t.Fatalf("%d rows, want %d", got.Len(), want.Len())
+	}
+	if got.Len() != want.Len() {
+		t.Fatalf("%d rows, want %d", got.Len(), want.Len())
+	}
+	at := map[int64]int{}
+	for r, id := range got.Vectors[0].Ints {
+		at[id] = r
+	}
+	for r := range want.Len() {
+		g, ok := at[int64(r)]
+		if !ok {
+			t.Fatalf("row %d missing", r)
 		}
-		at := map[int64]int{}
-		for r, id := range got.Vectors[0].Ints {
-			at[id] = r
-		}
-		for r := range want.Len() {
-			g, ok := at[int64(r)]
-			if !ok {
-				t.Fatalf("row %d missing", r)
-			}
-			for ci, col := range typesSchema.Columns {
-				if !sameValue(want.Vectors[ci], r, got.Vectors[ci], g) {
-					t.Errorf("row %d column %s (%v): got %v, want %v", r, col.Name, col.Type,
-						got.Vectors[ci].Value(g), want.Vectors[ci].Value(r))
-				}
+		for ci, col := range want.Schema.Columns {
+			if !sameValue(want.Vectors[ci], r, got.Vectors[ci], g) {
+				t.Errorf("row %d column %s (%v): got %.200v, want %.200v", r, col.Name, col.Type,
+					got.Vectors[ci].Value(g), want.Vectors[ci].Value(r))
 			}
 		}
 	}
