@@ -121,9 +121,15 @@ func ExprEnv(source batch.Schema, kafka bool) map[string]any {
 	return env
 }
 
-func compileExpression(src string, source batch.Schema, kafka bool) (*expression, error) {
+func compileExpression(src string, source batch.Schema, kafka, lenient bool) (*expression, error) {
 	env := ExprEnv(source, kafka)
-	prog, err := expr.Compile(src, expr.Env(env), expr.AsBool())
+	opts := []expr.Option{expr.Env(env), expr.AsBool()}
+	if lenient {
+		// A target typed by its messages: a name that is no column yet is
+		// null in every record.
+		opts = append(opts, expr.AllowUndefinedVariables())
+	}
+	prog, err := expr.Compile(src, opts...)
 	if err != nil {
 		msg, _, _ := strings.Cut(err.Error(), "\n")
 		return nil, fmt.Errorf("expression %q: %s", src, msg)
@@ -320,16 +326,16 @@ type classifier struct {
 	del, trunc []bool
 }
 
-func newClassifier(deletes, truncates string, source batch.Schema, kafka bool) (*classifier, error) {
+func newClassifier(deletes, truncates string, source batch.Schema, kafka, lenient bool) (*classifier, error) {
 	c := &classifier{}
 	var err error
 	if deletes != "" {
-		if c.deletes, err = compileExpression(deletes, source, kafka); err != nil {
+		if c.deletes, err = compileExpression(deletes, source, kafka, lenient); err != nil {
 			return nil, fmt.Errorf("apply_as_deletes: %w", err)
 		}
 	}
 	if truncates != "" {
-		if c.truncates, err = compileExpression(truncates, source, kafka); err != nil {
+		if c.truncates, err = compileExpression(truncates, source, kafka, lenient); err != nil {
 			return nil, fmt.Errorf("apply_as_truncates: %w", err)
 		}
 	}
@@ -349,7 +355,7 @@ func ClassifyOps(deletes, truncates string, source batch.Schema, kafka bool, in 
 	if deletes == "" && truncates == "" {
 		return ops, nil
 	}
-	c, err := newClassifier(deletes, truncates, source, kafka)
+	c, err := newClassifier(deletes, truncates, source, kafka, false)
 	if err != nil {
 		return nil, err
 	}

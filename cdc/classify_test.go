@@ -52,7 +52,7 @@ func TestExpressions(t *testing.T) {
 		{name: "kafka timestamp", src: `_kafka_timestamp != nil`, want: []bool{false, false, true, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x, err := compileExpression(tc.src, exprSource, true)
+			x, err := compileExpression(tc.src, exprSource, true, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +68,7 @@ func TestExpressions(t *testing.T) {
 		})
 	}
 
-	x, err := compileExpression(`_file_path endsWith ".del"`, exprSource, false)
+	x, err := compileExpression(`_file_path endsWith ".del"`, exprSource, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestExpressions(t *testing.T) {
 	if !slices.Equal(got, []bool{true, false}) {
 		t.Fatalf("_file_path: %v", got)
 	}
-	if _, err := compileExpression(`_kafka_offset > 1`, exprSource, false); err == nil {
+	if _, err := compileExpression(`_kafka_offset > 1`, exprSource, false, false); err == nil {
 		t.Fatal("a files source accepted _kafka_offset")
 	}
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// Kafka is true for a Kafka source: expressions then see the _kafka_
 	// fields; otherwise they see _file_path.
 	Kafka bool
+	// Lenient is true for a target typed by its messages: a name the
+	// expressions use that is no column yet is null in every record.
+	Lenient bool
 
 	Keys             []string // required
 	SequenceBy       []string // required: compared left to right

@@ -193,7 +193,7 @@ func New(cfg Config, store StateStore) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cdc: flow %s: %w", cfg.Flow, err)
 	}
-	cls, err := newClassifier(cfg.ApplyAsDeletes, cfg.ApplyAsTruncates, cfg.Source, cfg.Kafka)
+	cls, err := newClassifier(cfg.ApplyAsDeletes, cfg.ApplyAsTruncates, cfg.Source, cfg.Kafka, cfg.Lenient)
 	if err != nil {
 		return nil, fmt.Errorf("cdc: flow %s: %w", cfg.Flow, err)
 	}

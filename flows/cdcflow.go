@@ -140,6 +140,9 @@ type cdcHandler struct {
 	// debezium: the source is Debezium envelopes; ops from the envelope
 	// decide unless the flow sets apply_as_deletes or apply_as_truncates.
 	debezium bool
+	// infers: the target is typed by the flow's messages; its columns grow
+	// as they bring new fields, and engine follows them (current).
+	infers bool
 
 	gmu  sync.Mutex
 	open *joinedLoad // the load batches ready now join (cdcjoin.go); nil when none forms
@@ -170,6 +173,14 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		FailOnError:                       f.OnError == spec.OnErrorFail,
 		Logger:                            r.log.With("flow", f.Name),
 	}
+	if f.TypedByMessages(r.p) {
+		cfg.Lenient = true
+		h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, rules: newFlowRules(f, true), infers: true}
+		if _, err := h.current(); err != nil {
+			return nil, err
+		}
+		return h, nil
+	}
 	eng, err := cdc.New(cfg, pendingStore{t})
 	if err != nil {
 		return nil, err
@@ -199,7 +210,10 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 }
 
 func (h *cdcHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
-	in, dls := h.decode(rb)
+	in, dls, err := h.decode(ctx, rb)
+	if err != nil {
+		return nil, err
+	}
 	in, dls, counts, err := h.applyRules(in, dls)
 	if err != nil {
 		return nil, err
@@ -301,7 +315,11 @@ func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.D
 	t.mu.Lock()
 	epoch := t.begin()
 	in.Now = time.Now()
-	out, err := h.engine.Apply(ctx, in)
+	eng, in, err := h.engineFor(in)
+	var out *cdc.Output
+	if err == nil {
+		out, err = applyWith(ctx, eng, in)
+	}
 	if err != nil {
 		t.mu.Unlock()
 		<-t.ahead
@@ -377,7 +395,12 @@ func (cb *cdcBatch) turn(ctx context.Context) error {
 	h.r.log.Debug("batch applied again: a load before it did not commit, or it rewrites the target", "flow", h.flow.Name, "rows", cb.in.Batch.Len())
 	epoch := t.restart()
 	cb.in.Now = time.Now()
-	out, err := h.engine.Apply(ctx, cb.in)
+	eng, in, err := h.engineFor(cb.in)
+	if err != nil {
+		return err
+	}
+	cb.in = in
+	out, err := applyWith(ctx, eng, cb.in)
 	if err == nil && out.Refresh {
 		out, err = h.refresh(ctx, out, cb.in.Now)
 	}
@@ -390,9 +413,138 @@ func (cb *cdcBatch) turn(ctx context.Context) error {
 	return nil
 }
 
+// current returns the engine of the flow's columns now. For a target typed
+// by its messages it is built again once the target gained columns, and it
+// is nil while a key or sequence column is missing (no message has had the
+// field yet). The caller holds the target's mu, or is alone.
+func (h *cdcHandler) current() (*cdc.Engine, error) {
+	if !h.infers {
+		return h.engine, nil
+	}
+	src, table := h.r.recordSchema(h.flow), h.r.tableSchema(h.flow.Target)
+	if h.engine != nil && h.cfg.Source.Equal(src) && h.cfg.Table.Equal(table) {
+		return h.engine, nil
+	}
+	if missing := h.missingIdentity(src); len(missing) > 0 {
+		return nil, nil
+	}
+	cfg := h.cfg
+	cfg.Source, cfg.Table = src, table
+	eng, err := cdc.New(cfg, pendingStore{h.target})
+	if err != nil {
+		return nil, err
+	}
+	h.cfg, h.engine = cfg, eng
+	return eng, nil
+}
+
+// missingIdentity returns the key and sequence columns s lacks.
+func (h *cdcHandler) missingIdentity(s batch.Schema) []string {
+	var out []string
+	for _, n := range append(slices.Clone(h.flow.Keys), h.flow.SequenceBy...) {
+		if s.Index(n) < 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// engineFor returns the engine to apply in with, and in over its source
+// columns: a batch decoded before its target gained columns has none of
+// them (NULL). Without an engine yet (current), in has no rows: the flow's
+// decode made them dead letters. The caller holds the target's mu.
+func (h *cdcHandler) engineFor(in cdc.Input) (*cdc.Engine, cdc.Input, error) {
+	eng, err := h.current()
+	if err != nil || eng == nil {
+		return nil, in, err
+	}
+	in.Batch = Project(in.Batch, h.cfg.Source)
+	return eng, in, nil
+}
+
+// apply runs eng over in; without an engine, in is empty (engineFor).
+func applyWith(ctx context.Context, eng *cdc.Engine, in cdc.Input) (*cdc.Output, error) {
+	if eng == nil {
+		return &cdc.Output{}, nil
+	}
+	return eng.Apply(ctx, in)
+}
+
 // decode turns a batch of records into the engine's input; records that do
 // not decode become dead letters.
-func (h *cdcHandler) decode(rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter) {
+func (h *cdcHandler) decode(ctx context.Context, rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter, error) {
+	if h.infers {
+		return h.decodeInferring(ctx, rb)
+	}
+	in, dls := h.decodeDeclared(rb)
+	return in, dls, nil
+}
+
+// decodeInferring decodes the records of a flow whose messages type its
+// target: fields that are no columns yet add them (runner.evolve) and the
+// batch is decoded again. While the messages have not brought a key or
+// sequence column, their records are dead letters.
+func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter, error) {
+	for try := 0; ; try++ {
+		dec, err := h.inferringDecoder()
+		if err != nil {
+			return cdc.Input{}, nil, err
+		}
+		in, dls := h.decodeWith(dec, rb)
+		found, foundKids := dec.Found(), dec.FoundChildren()
+		renamed := dec.Renamed()
+		h.pool.Put(dec)
+		h.r.noteNames(h.flow, renamed)
+		// A target is created with its keys: until the messages bring
+		// them (and the sequence), their records are dead letters.
+		next, _ := addColumns(batch.Schema{Columns: slices.Clone(in.Batch.Schema.Columns)}, found)
+		if missing := h.missingIdentity(next); len(missing) > 0 {
+			dls = h.withoutIdentity(in, dls, missing)
+			return cdc.Input{Batch: batch.New(in.Batch.Schema, 0)}, dls, nil
+		}
+		if len(found) == 0 && len(foundKids) == 0 {
+			return in, dls, nil
+		}
+		if try == 2 {
+			return cdc.Input{}, nil, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v",
+				h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
+		}
+		if err := h.r.evolve(ctx, h.flow, found, foundKids); err != nil {
+			return cdc.Input{}, nil, err
+		}
+		if err := h.r.checkTargetContract(ctx, h.flow.Target); err != nil {
+			return cdc.Input{}, nil, err
+		}
+	}
+}
+
+// withoutIdentity makes the rows of in dead letters: the messages have not
+// brought the key or sequence columns missing yet.
+func (h *cdcHandler) withoutIdentity(in cdc.Input, dls []batch.DeadLetter, missing []string) []batch.DeadLetter {
+	for i, p := range in.Positions {
+		dls = append(dls, batch.DeadLetter{Source: p.Topic, Position: fmt.Sprintf("%d/%d", p.Partition, p.Offset), Reason: batch.ReasonMissingField,
+			Error: fmt.Sprintf("field %q: missing, and it is a key or the sequence of flow %s (no message has had it yet)", missing[0], h.flow.Name), Payload: in.Payloads[i]})
+	}
+	return dls
+}
+
+// inferringDecoder returns a decoder of the flow's current source columns.
+func (h *cdcHandler) inferringDecoder() (*decode.JSON, error) {
+	s := h.r.sourceSchema(h.flow)
+	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) {
+		return d, nil
+	}
+	d, err := decode.NewInferring(s, h.r.dataNames())
+	if err != nil {
+		return nil, err
+	}
+	d.SetMaxNesting(h.flow.Nesting())
+	d.Govern(decode.Contract{Columns: decode.Evolve, DataType: decode.Evolve})
+	return d, nil
+}
+
+// decodeDeclared decodes the records of a flow of declared columns.
+func (h *cdcHandler) decodeDeclared(rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter) {
 	n := len(rb.Records)
 	in := cdc.Input{Positions: make([]cdc.Position, 0, n), Meta: make([]cdc.RecordMeta, 0, n), Payloads: make([][]byte, 0, n)}
 	var dls []batch.DeadLetter
@@ -412,6 +564,14 @@ func (h *cdcHandler) decode(rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLe
 	}
 	dec := h.pool.Get().(*decode.JSON)
 	defer h.pool.Put(dec)
+	return h.decodeWith(dec, rb)
+}
+
+// decodeWith decodes the records with a JSON decoder.
+func (h *cdcHandler) decodeWith(dec *decode.JSON, rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter) {
+	n := len(rb.Records)
+	in := cdc.Input{Positions: make([]cdc.Position, 0, n), Meta: make([]cdc.RecordMeta, 0, n), Payloads: make([][]byte, 0, n)}
+	var dls []batch.DeadLetter
 	in.Batch = batch.New(dec.Schema(), n)
 	for i := range rb.Records {
 		rec := &rb.Records[i]

@@ -68,7 +68,10 @@ func (h *cdcHandler) seal(jl *joinedLoad) {
 // batches of other partitions ready meanwhile. The batch that starts a
 // load leads it; the others wait for its outcome, which is theirs.
 func (kf *kafkaFlow) processJoined(ctx context.Context, h *cdcHandler, rb *consumer.RecordBatch) error {
-	in, dls := h.decode(rb)
+	in, dls, err := h.decode(ctx, rb)
+	if err != nil {
+		return err
+	}
 	in, dls, counts, rerr := h.applyRules(in, dls)
 	if rerr != nil {
 		return rerr
@@ -84,7 +87,7 @@ func (kf *kafkaFlow) processJoined(ctx context.Context, h *cdcHandler, rb *consu
 		<-b.done
 		return b.err
 	}
-	err := kf.lead(ctx, h, jl)
+	err = kf.lead(ctx, h, jl)
 	for _, o := range jl.batches[1:] {
 		o.err = err
 		close(o.done)
@@ -113,15 +116,22 @@ func (kf *kafkaFlow) lead(ctx context.Context, h *cdcHandler, jl *joinedLoad) er
 	return kf.load(ctx, p, rbs)
 }
 
-// mergeJoined returns the batches as one engine input, in order.
+// mergeJoined returns the batches as one engine input, in order. Batches
+// of a target typed by its messages may have been decoded before it gained
+// columns: each goes over the widest one's columns (columns are only
+// added), NULL where it lacks them.
 func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, *batch.Batch, []*consumer.RecordBatch) {
 	n := 0
+	schema := bs[0].in.Batch.Schema
 	for _, b := range bs {
 		n += b.in.Batch.Len()
+		if s := b.in.Batch.Schema; len(s.Columns) > len(schema.Columns) {
+			schema = s
+		}
 	}
 	first := bs[0].in
 	out := cdc.Input{
-		Batch:     batch.New(first.Batch.Schema, n),
+		Batch:     batch.New(schema, n),
 		Positions: make([]cdc.Position, 0, n),
 		Meta:      make([]cdc.RecordMeta, 0, n),
 		Payloads:  make([][]byte, 0, n),
@@ -133,7 +143,7 @@ func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, *batch.Batch
 	var counts *batch.Batch
 	rbs := make([]*consumer.RecordBatch, len(bs))
 	for i, b := range bs {
-		out.Batch.AppendBatch(b.in.Batch)
+		out.Batch.AppendBatch(Project(b.in.Batch, schema))
 		out.Positions = append(out.Positions, b.in.Positions...)
 		out.Meta = append(out.Meta, b.in.Meta...)
 		out.Payloads = append(out.Payloads, b.in.Payloads...)

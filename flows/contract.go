@@ -83,6 +83,27 @@ func (r *runner) checkContracts(ctx context.Context, refreshed []string) error {
 	return nil
 }
 
+// checkTargetContract checks (and records) the contract of a CDC target
+// typed by its messages once they gave it columns (checkContracts skips a
+// target without any).
+func (r *runner) checkTargetContract(ctx context.Context, table string) error {
+	r.dataMu.RLock()
+	t := r.p.Table(table)
+	r.dataMu.RUnlock()
+	for {
+		problem, err := r.checkContract(ctx, t, false)
+		switch {
+		case errors.Is(err, checkpoint.ErrStale):
+			continue
+		case err != nil:
+			return err
+		case problem != "":
+			return errors.New(problem)
+		}
+		return nil
+	}
+}
+
 // checkContract checks one target (see checkContracts) and returns what
 // refuses it, if anything.
 func (r *runner) checkContract(ctx context.Context, t *spec.Table, refreshed bool) (string, error) {

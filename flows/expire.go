@@ -113,7 +113,11 @@ func (r *runner) expireTarget(ctx context.Context, t *cdcTarget, h *cdcHandler, 
 func (r *runner) expirePage(ctx context.Context, t *cdcTarget, h *cdcHandler, keys []string) (int, error) {
 	changed := 0
 	err := t.exclusive(ctx, func() error {
-		out, err := h.engine.Expire(ctx, keys, time.Now())
+		eng, err := h.current()
+		if err != nil || eng == nil {
+			return err // no engine yet: no key has a state
+		}
+		out, err := eng.Expire(ctx, keys, time.Now())
 		if err != nil {
 			t.cache.Reset()
 			return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/backfill"
+	"github.com/sluicehq/sluice/cdc"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/decode"
 	"github.com/sluicehq/sluice/flows/naming"
@@ -57,10 +58,13 @@ func (r *runner) storedColumns(ctx context.Context, table string) (batch.Schema,
 }
 
 // sourceColumns are the columns of table t a flow's messages fill: all
-// but those it computes.
+// but those it computes, and an SCD2 target's version columns.
 func sourceColumns(f *spec.Flow, t batch.Schema) batch.Schema {
 	out := batch.Schema{}
 	for _, c := range t.Columns {
+		if f.IsCDC() && (c.Name == cdc.StartAtColumn || c.Name == cdc.EndAtColumn) {
+			continue
+		}
 		if !slices.ContainsFunc(f.ComputedColumns, func(cc spec.ComputedColumn) bool { return cc.Name == c.Name }) {
 			out.Columns = append(out.Columns, c)
 		}
@@ -368,6 +372,13 @@ func (r *runner) sourceSchema(f *spec.Flow) batch.Schema {
 	r.dataMu.RLock()
 	defer r.dataMu.RUnlock()
 	return f.SourceSchema()
+}
+
+// recordSchema returns a flow's RecordSchema (see sourceSchema).
+func (r *runner) recordSchema(f *spec.Flow) batch.Schema {
+	r.dataMu.RLock()
+	defer r.dataMu.RUnlock()
+	return f.RecordSchema()
 }
 
 // tableSchema returns a target's resolved schema.

@@ -248,7 +248,7 @@ func (r *runner) execute(ctx context.Context) error {
 			continue // built per snapshot version
 		}
 		if t := targets[f.Target]; t != nil {
-			if f.DataTold(r.p) && len(f.SourceSchema().Columns) == 0 {
+			if f.DataTold(r.p) && !f.InfersJSON() && len(f.SourceSchema().Columns) == 0 {
 				return fmt.Errorf("flow %s: no file yet to take the columns of CDC target %s from: start sluice once its first files are there, or declare the columns", f.Name, f.Target)
 			}
 			var h *cdcHandler

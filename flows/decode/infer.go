@@ -107,7 +107,9 @@ func (d *JSON) misfit(i int, val *fastjson.Value, vec *batch.Vector, e *Error) (
 	switch d.contract.DataType {
 	case Evolve:
 		t, ok := inferredKind(val)
-		if !ok || d.variant[i] {
+		if !ok || d.variant[i] || !c.nullable {
+			// A column that is not nullable (a CDC target's key) keeps
+			// every row's value: it has no variant to move one to.
 			return false, e
 		}
 		name := VariantName(c.name, t)

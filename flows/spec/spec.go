@@ -612,19 +612,21 @@ func (f *Flow) DataTold(p *Pipeline) bool {
 	return t != nil && len(t.Columns) == 0
 }
 
-// InfersJSON reports whether the flow is an append flow of JSON that
-// declares no columns: Kafka messages of format json, or the lines of
-// JSONL files (not read incrementally: a cursor is a declared column).
+// InfersJSON reports whether the flow is a flow of JSON that declares no
+// columns: an append or auto_cdc flow of Kafka messages of format json, or
+// an append flow of the lines of JSONL files (not read incrementally: a
+// cursor is a declared column).
 // When its target declares none either, the decoder infers the columns
 // from the messages and adds the new ones
 // (docs/schema.md#tables-typed-by-their-json-messages).
 func (f *Flow) InfersJSON() bool {
-	if f.Kind != KindAppend {
-		return false
-	}
 	switch s := &f.Source; {
+	case f.Kind != KindAppend && f.Kind != KindAutoCDC:
+		return false
 	case s.Kafka != nil:
 		return len(s.Kafka.Columns) == 0 && (s.Kafka.Format == "" || s.Kafka.Format == FormatJSON)
+	case f.Kind != KindAppend:
+		return false
 	case s.Files != nil:
 		return len(s.Files.Columns) == 0 && f.Incremental == nil && effectiveFormat(s.Files.Format, s.Files.Path) == FormatJSONL
 	}

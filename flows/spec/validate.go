@@ -410,7 +410,7 @@ var flowKeyKinds = []struct {
 }{
 	{"write", []string{KindAppend}},
 	{"schema_contract", []string{KindAppend}},
-	{"max_nesting", []string{KindAppend}},
+	{"max_nesting", []string{KindAppend, KindAutoCDC}},
 	{"incremental", []string{KindAppend, KindAutoCDC}},
 	{"keys", []string{KindAutoCDC, KindAutoCDCFromSnapshot}},
 	{"sequence_by", []string{KindAutoCDC}},
