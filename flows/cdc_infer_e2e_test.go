@@ -61,6 +61,13 @@ flows:
 		if got := s.rows("history"); !slices.Equal(got, want) {
 			t.Fatalf("history %q, want %q", got, want)
 		}
+		// Nested objects become columns; a list keeps its JSON text (a CDC
+		// target has no child tables).
+		s.produce(topic, `{"id": 2, "seq": 5, "addr": {"zip": "1000"}, "tags": ["x", {"y": 1}]}`)
+		s.update()
+		if got, want := s.rows("latest"), []string{"a3,1,3,Oslo,∞,∞,∞", "∞,2,5,∞,∞,1000,[\"x\",{\"y\":1}]"}; !slices.Equal(got, want) {
+			t.Fatalf("latest after nested %q, want %q", got, want)
+		}
 		bad := s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target", "source", batch.LoadIDColumn)
 		wantBad := []string{
 			`scd1,0/0,missing_field,field "id": missing, and it is a key or the sequence of flow scd1 (no message has had it yet)`,

@@ -539,6 +539,8 @@ func (h *cdcHandler) inferringDecoder() (*decode.JSON, error) {
 		return nil, err
 	}
 	d.SetMaxNesting(h.flow.Nesting())
+	// A CDC target has no child tables yet: a list keeps its JSON text.
+	d.SetListsAsText()
 	d.Govern(decode.Contract{Columns: decode.Evolve, DataType: decode.Evolve})
 	return d, nil
 }

@@ -119,7 +119,8 @@ type plan struct {
 	reserved map[string]string // Reserve: column name -> why no field may fill it
 	// maxNesting is how many levels of nested objects an inferring decoder
 	// flattens (SetMaxNesting).
-	maxNesting int
+	maxNesting  int
+	listsAsText bool // lists are stored as their JSON text, not in child tables (SetListsAsText)
 	// SetPaths: per column, the dotted path of the nested field it takes
 	// ("" for a field of the record), its segments, and the first segment
 	// of every path (fields of the record that are no column, but hold one).
