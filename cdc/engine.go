@@ -36,6 +36,18 @@ type Input struct {
 	Payloads [][]byte
 	// Now is the processing time: tombstones are created and expire by it.
 	Now time.Time
+	// Absent, when set, has per column of Config.Source the rows whose
+	// record does not carry the column's value (nil for a column without
+	// any): an upsert leaves such a column as the key's previous change
+	// set it (SCD type 1), or as the previous version has it (SCD type 2),
+	// as ignore-null does with a null. Debezium's placeholder of a TOAST
+	// value is one.
+	Absent [][]bool
+}
+
+// absent reports whether the record of row does not carry column col.
+func (in *Input) absent(col, row int) bool {
+	return col < len(in.Absent) && in.Absent[col] != nil && in.Absent[col][row]
 }
 
 // Output is what applying a batch changes. Applying it to the target is
@@ -681,6 +693,8 @@ func (a *applyCtx) valsOf(ev *event) []value {
 		switch {
 		case si < 0:
 			vals[c] = null
+		case a.in.absent(si, row):
+			vals[c] = value{k: vAbsent}
 		case b.Vectors[si].IsNull(row):
 			if p.eligible[c] {
 				vals[c] = value{k: vAbsent}

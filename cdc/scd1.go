@@ -164,7 +164,9 @@ func (a *applyCtx) compact1(m []event, bs []Barrier) []event {
 			lastU = j
 		}
 	}
-	eligible := a.p.anyElig || hasAbsent(m)
+	// Batch events read their values late: a batch with absent values
+	// keeps what it may need as a stored state does.
+	eligible := a.p.anyElig || a.in.Absent != nil || hasAbsent(m)
 	if !eligible {
 		// The row is the newest upsert when it is at least as new as every
 		// delete, else there is no row and only the newest delete matters.

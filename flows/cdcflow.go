@@ -194,6 +194,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		if err != nil {
 			return nil, err
 		}
+		proto.SetUnavailable(f.Source.Kafka.Placeholder())
 		h.debezium = true
 		h.pool.New = func() any { return proto.Clone() }
 		return h, nil
@@ -254,8 +255,35 @@ func (h *cdcHandler) applyRules(in cdc.Input, dls []batch.DeadLetter) (cdc.Input
 		return cdc.Input{}, nil, nil, err
 	}
 	out := cdc.Input{Batch: res.batch, Positions: pick(in.Positions, res.rows), Meta: pick(in.Meta, res.rows),
-		Payloads: pick(in.Payloads, res.rows), Ops: pick(in.Ops, res.rows)}
+		Payloads: pick(in.Payloads, res.rows), Ops: pick(in.Ops, res.rows), Absent: pickAbsent(in.Absent, res.rows)}
 	return out, append(dls, res.dls...), res.counts, nil
+}
+
+// absentOf returns the cells as Input.Absent of b; nil for none.
+func absentOf(cells []decode.Cell, b *batch.Batch) [][]bool {
+	if len(cells) == 0 {
+		return nil
+	}
+	out := make([][]bool, len(b.Vectors))
+	for _, c := range cells {
+		if out[c.Column] == nil {
+			out[c.Column] = make([]bool, b.Len())
+		}
+		out[c.Column][c.Row] = true
+	}
+	return out
+}
+
+// pickAbsent is pick of each column of an Input.Absent.
+func pickAbsent(absent [][]bool, rows []int) [][]bool {
+	if absent == nil {
+		return nil
+	}
+	out := make([][]bool, len(absent))
+	for c, col := range absent {
+		out[c] = pick(col, rows)
+	}
+	return out
 }
 
 // pick returns the elements of s at rows, in order; nil for a nil s.
@@ -562,6 +590,7 @@ func (h *cdcHandler) decodeDeclared(rb *consumer.RecordBatch) (cdc.Input, []batc
 		for _, i := range from {
 			h.addRecord(&in, &rb.Records[i])
 		}
+		in.Absent = absentOf(dec.Unavailable(), in.Batch)
 		return in, dls
 	}
 	dec := h.pool.Get().(*decode.JSON)

@@ -116,6 +116,24 @@ func (kf *kafkaFlow) lead(ctx context.Context, h *cdcHandler, jl *joinedLoad) er
 	return kf.load(ctx, p, rbs)
 }
 
+// mergeAbsent adds to dst, the Input.Absent of a merged input of n rows,
+// the cells of src, whose rows start at row at.
+func mergeAbsent(dst, src [][]bool, at, n int) [][]bool {
+	if dst == nil {
+		dst = make([][]bool, len(src))
+	}
+	for c, col := range src {
+		if col == nil {
+			continue
+		}
+		if dst[c] == nil {
+			dst[c] = make([]bool, n)
+		}
+		copy(dst[c][at:], col)
+	}
+	return dst
+}
+
 // mergeJoined returns the batches as one engine input, in order. Batches
 // of a target typed by its messages may have been decoded before it gained
 // columns: each goes over the widest one's columns (columns are only
@@ -143,6 +161,9 @@ func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, *batch.Batch
 	var counts *batch.Batch
 	rbs := make([]*consumer.RecordBatch, len(bs))
 	for i, b := range bs {
+		if b.in.Absent != nil {
+			out.Absent = mergeAbsent(out.Absent, b.in.Absent, out.Batch.Len(), n)
+		}
 		out.Batch.AppendBatch(Project(b.in.Batch, schema))
 		out.Positions = append(out.Positions, b.in.Positions...)
 		out.Meta = append(out.Meta, b.in.Meta...)

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -120,6 +121,30 @@ type dplan struct {
 	srcIdx  *names // the source fields read, by name
 	envIdx  *names // op, before, after, source, ts_ms
 	scd2    bool
+	// placeholder (SetUnavailable) marks a string or bytes value Debezium
+	// did not capture; placeholder64 is its base64, as a bytes column has
+	// it. Empty: none.
+	placeholder, placeholder64 string
+}
+
+// Cell is a value of a decoded batch: its row and column.
+type Cell struct{ Row, Column int }
+
+// SetUnavailable makes a string or bytes value of an upsert equal to
+// placeholder (Debezium's unavailable.value.placeholder: a PostgreSQL TOAST
+// column an update left unchanged) a value the change does not carry: the
+// row holds NULL (the zero value in a column that is not nullable) and
+// Unavailable lists the cell. Call it before Clone.
+func (d *Debezium) SetUnavailable(placeholder string) {
+	d.placeholder, d.placeholder64 = placeholder, base64.StdEncoding.EncodeToString([]byte(placeholder))
+}
+
+// Unavailable returns the cells of the rows decoded since the last call
+// that hold no value (SetUnavailable), and forgets them.
+func (d *Debezium) Unavailable() []Cell {
+	out := d.unavail
+	d.unavail = nil
+	return out
 }
 
 // Debezium decodes Debezium change events (the envelope as Kafka Connect's
@@ -176,6 +201,7 @@ type Debezium struct {
 	dataInfo  []fieldInfo // per data column, what the schema part says
 	srcInfo   []fieldInfo // per source field
 	scratch   []byte      // decoded precise bytes
+	unavail   []Cell      // SetUnavailable: the cells decoded without a value
 }
 
 // NewDebezium returns a decoder for the schema s: the source's columns,
@@ -502,16 +528,44 @@ func (d *Debezium) fill(rec *batch.Record, out *batch.Batch, mode rowMode, opNam
 		case dSource:
 			e = d.value(&c.column, d.src.vals[c.slot], &d.srcInfo[c.slot], vec)
 		case dData:
+			if mode == modeAfter && d.unavailable(c, vec) {
+				d.unavail = append(d.unavail, Cell{Row: n, Column: i})
+				break
+			}
 			e = d.dataValue(c, mode, vec)
 		}
 		if e != nil {
 			for _, v := range out.Vectors[:i] {
 				v.Truncate(n)
 			}
+			for len(d.unavail) > 0 && d.unavail[len(d.unavail)-1].Row == n {
+				d.unavail = d.unavail[:len(d.unavail)-1]
+			}
 			return e
 		}
 	}
 	return nil
+}
+
+// unavailable appends a placeholder for the value of data column c when
+// the change carries the placeholder in its stead (SetUnavailable).
+func (d *Debezium) unavailable(c *dcol, vec *batch.Vector) bool {
+	if d.placeholder == "" || c.typ.Kind != batch.KindString && c.typ.Kind != batch.KindBytes {
+		return false
+	}
+	val := d.data.vals[c.slot]
+	if val == nil || val.Type() != fastjson.TypeString {
+		return false
+	}
+	want := d.placeholder
+	if c.typ.Kind == batch.KindBytes {
+		want = d.placeholder64
+	}
+	if b, _ := val.StringBytes(); string(b) != want {
+		return false
+	}
+	appendZero(&c.column, vec)
+	return true
 }
 
 func (d *Debezium) dataValue(c *dcol, mode rowMode, vec *batch.Vector) *Error {

@@ -361,6 +361,23 @@ type KafkaSource struct {
 	Topic   string   `yaml:"topic"`   // required
 	Format  string   `yaml:"format"`  // json (default) or debezium
 	Columns []Column `yaml:"columns"` // default the target table's declared columns
+	// UnavailableValuePlaceholder (format debezium) is the text Debezium
+	// puts in a column whose value it did not capture (PostgreSQL TOAST):
+	// such a column keeps its previous value. Default
+	// DefaultUnavailablePlaceholder.
+	UnavailableValuePlaceholder string `yaml:"unavailable_value_placeholder" json:",omitempty"`
+}
+
+// DefaultUnavailablePlaceholder is Debezium's default
+// unavailable.value.placeholder.
+const DefaultUnavailablePlaceholder = "__debezium_unavailable_value"
+
+// Placeholder returns the source's unavailable-value placeholder.
+func (k *KafkaSource) Placeholder() string {
+	if k.UnavailableValuePlaceholder != "" {
+		return k.UnavailableValuePlaceholder
+	}
+	return DefaultUnavailablePlaceholder
 }
 
 // FilesSource reads files matching a glob (** matches any folders).

@@ -617,6 +617,9 @@ func (c *checker) source(i int, f *Flow, kindOK bool, target *Table) {
 		default:
 			c.add(sp+".format", "unknown kafka format %q: json or debezium", k.Format)
 		}
+		if k.UnavailableValuePlaceholder != "" && k.Format != FormatDebezium {
+			c.add(sp+".unavailable_value_placeholder", "applies to format debezium: the text Debezium puts in a value it did not capture")
+		}
 		c.columns(sp+".columns", k.Columns)
 	case s.Files != nil:
 		c.filesLike(sp, s.Files.Path, s.Files.Format, s.Files.Columns, false)
