@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -224,14 +225,22 @@ func (h *cdcHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*pr
 
 // applyRules runs the flow's rules (rules.go) over the decoded records:
 // the engine gets the rows they keep, with their positions.
-func (h *cdcHandler) applyRules(in cdc.Input, dls []batch.DeadLetter) (cdc.Input, []batch.DeadLetter, *batch.Batch, error) {
+// cdcRecords is a decoded batch of a CDC flow: the engine's input, and for
+// a target typed by its messages the rows of the child tables of its
+// records, by the part of their names after <table>__.
+type cdcRecords struct {
+	cdc.Input
+	kids map[string]*batch.Batch
+}
+
+func (h *cdcHandler) applyRules(in cdcRecords, dls []batch.DeadLetter) (cdcRecords, []batch.DeadLetter, *batch.Batch, error) {
 	if h.rules == nil {
 		return in, dls, nil, nil
 	}
 	// Deletes and truncates pass the rules: they carry little more than
 	// their key, and filtering one would keep a deleted row.
 	var pass []bool
-	if ops, err := cdc.ClassifyOps(h.flow.ApplyAsDeletes, h.flow.ApplyAsTruncates, in.Batch.Schema, h.flow.Source.Kafka != nil, in); err == nil {
+	if ops, err := cdc.ClassifyOps(h.flow.ApplyAsDeletes, h.flow.ApplyAsTruncates, in.Batch.Schema, h.flow.Source.Kafka != nil, in.Input); err == nil {
 		pass = make([]bool, len(ops))
 		for i, op := range ops {
 			pass[i] = op != cdc.OpUpsert
@@ -252,11 +261,32 @@ func (h *cdcHandler) applyRules(in cdc.Input, dls []batch.DeadLetter) (cdc.Input
 		return d
 	})
 	if err != nil {
-		return cdc.Input{}, nil, nil, err
+		return cdcRecords{}, nil, nil, err
 	}
-	out := cdc.Input{Batch: res.batch, Positions: pick(in.Positions, res.rows), Meta: pick(in.Meta, res.rows),
-		Payloads: pick(in.Payloads, res.rows), Ops: pick(in.Ops, res.rows), Absent: pickAbsent(in.Absent, res.rows)}
+	out := cdcRecords{Input: cdc.Input{Batch: res.batch, Positions: pick(in.Positions, res.rows), Meta: pick(in.Meta, res.rows),
+		Payloads: pick(in.Payloads, res.rows), Ops: pick(in.Ops, res.rows), Absent: pickAbsent(in.Absent, res.rows)}, kids: in.kids}
+	if len(in.kids) > 0 && res.batch.Len() < in.Batch.Len() {
+		out.kids = keepChildren(res.batch, in.kids)
+	}
 	return out, append(dls, res.dls...), res.counts, nil
+}
+
+// applied returns the _sluice_id column of the rows of in the engine did
+// not make dead letters, as the one column of a batch (keepChildren).
+func applied(in cdc.Input, dls []batch.DeadLetter) *batch.Batch {
+	dead := map[string]bool{}
+	for _, d := range dls {
+		dead[d.Source+" "+d.Position] = true
+	}
+	ids := in.Batch.Column(batch.IDColumn)
+	out := batch.New(batch.Schema{Columns: []batch.Column{{Name: batch.IDColumn, Type: batch.String, Nullable: true}}}, in.Batch.Len())
+	for i, p := range in.Positions {
+		if ids == nil || ids.IsNull(i) || dead[p.Topic+" "+fmt.Sprintf("%d/%d", p.Partition, p.Offset)] {
+			continue
+		}
+		out.Vectors[0].AppendString(ids.Strs[i])
+	}
+	return out
 }
 
 // absentOf returns the cells as Input.Absent of b; nil for none.
@@ -306,16 +336,16 @@ func (h *cdcHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*pre
 	for i := range n {
 		in.Positions[i] = cdc.Position{Flow: h.flow.Name, File: ch.File, Offset: ch.Row(i)}
 	}
-	in, dls, counts, err := h.applyRules(in, ch.DeadLetters)
+	recs, dls, counts, err := h.applyRules(cdcRecords{Input: in}, ch.DeadLetters)
 	if err != nil {
 		return nil, err
 	}
-	return h.apply(ctx, in, dls, counts)
+	return h.apply(ctx, recs, dls, counts)
 }
 
 // apply runs the engine over a decoded batch and gives it the target's
 // next turn to load.
-func (h *cdcHandler) apply(ctx context.Context, in cdc.Input, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
+func (h *cdcHandler) apply(ctx context.Context, in cdcRecords, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
 	if err := h.r.onErrorFail(h.flow, dls); err != nil {
 		return nil, err
 	}
@@ -338,7 +368,7 @@ func (t *cdcTarget) takeAhead(ctx context.Context) error {
 
 // applyAhead is apply once the batch took its place ahead (takeAhead);
 // the prepared load gives it back when it ended, an error at once.
-func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
+func (h *cdcHandler) applyAhead(ctx context.Context, in cdcRecords, dls []batch.DeadLetter, counts *batch.Batch) (*prepared, error) {
 	t := h.target
 	t.mu.Lock()
 	epoch := t.begin()
@@ -346,7 +376,7 @@ func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.D
 	eng, in, err := h.engineFor(in)
 	var out *cdc.Output
 	if err == nil {
-		out, err = applyWith(ctx, eng, in)
+		out, err = applyWith(ctx, eng, in.Input)
 	}
 	if err != nil {
 		t.mu.Unlock()
@@ -380,7 +410,7 @@ func (h *cdcHandler) applyAhead(ctx context.Context, in cdc.Input, dls []batch.D
 // cdcBatch is a batch applied by a CDC flow, until its load ended.
 type cdcBatch struct {
 	h        *cdcHandler
-	in       cdc.Input
+	in       cdcRecords
 	dls      []batch.DeadLetter // the decoder's and the rules'
 	counts   *batch.Batch       // the rules' counts (_sluice_expectations); nil when none
 	tk       *ticket
@@ -395,9 +425,20 @@ func (cb *cdcBatch) fill(out *cdc.Output) {
 	dls := append(slices.Clip(cb.dls), out.DeadLetters...)
 	h.r.stampDeadLetters(h.flow, dls)
 	cb.out = out
-	cb.cutOvers = h.cutOvers(cb.in, out)
+	cb.cutOvers = h.cutOvers(cb.in.Input, out)
 	cb.p.rows, cb.p.deadLetters = int64(out.Upserts.Len()), int64(len(dls))
+	kids := cb.in.kids
+	if len(kids) > 0 && len(out.DeadLetters) > 0 {
+		kids = keepChildren(applied(cb.in.Input, out.DeadLetters), kids)
+	}
 	cb.p.write = func(ctx context.Context, ld sinks.Load) error {
+		// A record's child rows are in the load of its change; they name
+		// the change by its _sluice_id (docs/schema.md#child-tables).
+		for _, suffix := range slices.Sorted(maps.Keys(kids)) {
+			if err := h.r.writeRows(ctx, ld, h.flow.Target+"__"+suffix, kids[suffix]); err != nil {
+				return err
+			}
+		}
 		if err := writeOutput(ctx, ld, h.flow.Target, out); err != nil {
 			return err
 		}
@@ -428,7 +469,7 @@ func (cb *cdcBatch) turn(ctx context.Context) error {
 		return err
 	}
 	cb.in = in
-	out, err := applyWith(ctx, eng, cb.in)
+	out, err := applyWith(ctx, eng, cb.in.Input)
 	if err == nil && out.Refresh {
 		out, err = h.refresh(ctx, out, cb.in.Now)
 	}
@@ -481,7 +522,7 @@ func (h *cdcHandler) missingIdentity(s batch.Schema) []string {
 // columns: a batch decoded before its target gained columns has none of
 // them (NULL). Without an engine yet (current), in has no rows: the flow's
 // decode made them dead letters. The caller holds the target's mu.
-func (h *cdcHandler) engineFor(in cdc.Input) (*cdc.Engine, cdc.Input, error) {
+func (h *cdcHandler) engineFor(in cdcRecords) (*cdc.Engine, cdcRecords, error) {
 	eng, err := h.current()
 	if err != nil || eng == nil {
 		return nil, in, err
@@ -500,26 +541,26 @@ func applyWith(ctx context.Context, eng *cdc.Engine, in cdc.Input) (*cdc.Output,
 
 // decode turns a batch of records into the engine's input; records that do
 // not decode become dead letters.
-func (h *cdcHandler) decode(ctx context.Context, rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter, error) {
+func (h *cdcHandler) decode(ctx context.Context, rb *consumer.RecordBatch) (cdcRecords, []batch.DeadLetter, error) {
 	if h.infers {
 		return h.decodeInferring(ctx, rb)
 	}
 	in, dls := h.decodeDeclared(rb)
-	return in, dls, nil
+	return cdcRecords{Input: in}, dls, nil
 }
 
 // decodeInferring decodes the records of a flow whose messages type its
 // target: fields that are no columns yet add them (runner.evolve) and the
 // batch is decoded again. While the messages have not brought a key or
 // sequence column, their records are dead letters.
-func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBatch) (cdc.Input, []batch.DeadLetter, error) {
+func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBatch) (cdcRecords, []batch.DeadLetter, error) {
 	for try := 0; ; try++ {
 		dec, err := h.inferringDecoder()
 		if err != nil {
-			return cdc.Input{}, nil, err
+			return cdcRecords{}, nil, err
 		}
 		in, dls := h.decodeWith(dec, rb)
-		found, foundKids := dec.Found(), dec.FoundChildren()
+		found, kids, foundKids := dec.Found(), dec.ChildRows(), dec.FoundChildren()
 		renamed := dec.Renamed()
 		h.pool.Put(dec)
 		h.r.noteNames(h.flow, renamed)
@@ -528,20 +569,20 @@ func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBat
 		next, _ := addColumns(batch.Schema{Columns: slices.Clone(in.Batch.Schema.Columns)}, found)
 		if missing := h.missingIdentity(next); len(missing) > 0 {
 			dls = h.withoutIdentity(in, dls, missing)
-			return cdc.Input{Batch: batch.New(in.Batch.Schema, 0)}, dls, nil
+			return cdcRecords{Input: cdc.Input{Batch: batch.New(in.Batch.Schema, 0)}}, dls, nil
 		}
 		if len(found) == 0 && len(foundKids) == 0 {
-			return in, dls, nil
+			return cdcRecords{Input: in, kids: kids}, dls, nil
 		}
 		if try == 2 {
-			return cdc.Input{}, nil, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v",
+			return cdcRecords{}, nil, fmt.Errorf("flow %s: the columns of table %s did not take the batch's fields %v",
 				h.flow.Name, h.flow.Target, batch.Schema{Columns: found}.Names())
 		}
 		if err := h.r.evolve(ctx, h.flow, found, foundKids); err != nil {
-			return cdc.Input{}, nil, err
+			return cdcRecords{}, nil, err
 		}
 		if err := h.r.checkTargetContract(ctx, h.flow.Target); err != nil {
-			return cdc.Input{}, nil, err
+			return cdcRecords{}, nil, err
 		}
 	}
 }
@@ -559,16 +600,16 @@ func (h *cdcHandler) withoutIdentity(in cdc.Input, dls []batch.DeadLetter, missi
 // inferringDecoder returns a decoder of the flow's current source columns.
 func (h *cdcHandler) inferringDecoder() (*decode.JSON, error) {
 	s := h.r.sourceSchema(h.flow)
-	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) {
+	kids := h.r.childSchemas(h.flow.Target)
+	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) && sameSchemas(d.Children(), kids) {
 		return d, nil
 	}
 	d, err := decode.NewInferring(s, h.r.dataNames())
 	if err != nil {
 		return nil, err
 	}
+	d.SetChildren(kids)
 	d.SetMaxNesting(h.flow.Nesting())
-	// A CDC target has no child tables yet: a list keeps its JSON text.
-	d.SetListsAsText()
 	d.Govern(decode.Contract{Columns: decode.Evolve, DataType: decode.Evolve})
 	return d, nil
 }

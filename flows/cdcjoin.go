@@ -29,7 +29,7 @@ type joinedLoad struct {
 // joinedBatch is one partition's batch in a joined load.
 type joinedBatch struct {
 	rb     *consumer.RecordBatch
-	in     cdc.Input
+	in     cdcRecords
 	dls    []batch.DeadLetter
 	counts *batch.Batch
 	done   chan struct{} // closed when the load ended, err set
@@ -116,6 +116,26 @@ func (kf *kafkaFlow) lead(ctx context.Context, h *cdcHandler, jl *joinedLoad) er
 	return kf.load(ctx, p, rbs)
 }
 
+// mergeChildren adds the child rows src to dst, table by table; a child
+// table's rows decoded before it gained columns have NULL in them.
+func mergeChildren(dst, src map[string]*batch.Batch) map[string]*batch.Batch {
+	for suffix, b := range src {
+		if dst == nil {
+			dst = map[string]*batch.Batch{}
+		}
+		have := dst[suffix]
+		switch {
+		case have == nil:
+			have = batch.New(b.Schema, b.Len())
+		case len(b.Schema.Columns) > len(have.Schema.Columns):
+			have = Project(have, b.Schema)
+		}
+		have.AppendBatch(Project(b, have.Schema))
+		dst[suffix] = have
+	}
+	return dst
+}
+
 // mergeAbsent adds to dst, the Input.Absent of a merged input of n rows,
 // the cells of src, whose rows start at row at.
 func mergeAbsent(dst, src [][]bool, at, n int) [][]bool {
@@ -138,7 +158,7 @@ func mergeAbsent(dst, src [][]bool, at, n int) [][]bool {
 // of a target typed by its messages may have been decoded before it gained
 // columns: each goes over the widest one's columns (columns are only
 // added), NULL where it lacks them.
-func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, *batch.Batch, []*consumer.RecordBatch) {
+func mergeJoined(bs []*joinedBatch) (cdcRecords, []batch.DeadLetter, *batch.Batch, []*consumer.RecordBatch) {
 	n := 0
 	schema := bs[0].in.Batch.Schema
 	for _, b := range bs {
@@ -148,12 +168,12 @@ func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, *batch.Batch
 		}
 	}
 	first := bs[0].in
-	out := cdc.Input{
+	out := cdcRecords{Input: cdc.Input{
 		Batch:     batch.New(schema, n),
 		Positions: make([]cdc.Position, 0, n),
 		Meta:      make([]cdc.RecordMeta, 0, n),
 		Payloads:  make([][]byte, 0, n),
-	}
+	}}
 	if first.Ops != nil {
 		out.Ops = make([]cdc.Op, 0, n)
 	}
@@ -171,6 +191,7 @@ func mergeJoined(bs []*joinedBatch) (cdc.Input, []batch.DeadLetter, *batch.Batch
 		if out.Ops != nil {
 			out.Ops = append(out.Ops, b.in.Ops...)
 		}
+		out.kids = mergeChildren(out.kids, b.in.kids)
 		dls = append(dls, b.dls...)
 		if b.counts != nil {
 			if counts == nil {

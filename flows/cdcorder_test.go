@@ -168,7 +168,7 @@ func (o *orderTarget) load(ctx context.Context, bs []*batch.Batch, i int) error 
 	for j := range in.Positions {
 		in.Positions[j] = cdc.Position{Flow: "f", Topic: "events", Partition: int32(i), Offset: int64(j)}
 	}
-	p, err := o.h.apply(ctx, in, nil, nil)
+	p, err := o.h.apply(ctx, cdcRecords{Input: in}, nil, nil)
 	if err != nil {
 		return err
 	}

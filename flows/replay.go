@@ -105,5 +105,5 @@ func (h *replayHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*
 		input.Positions = append(input.Positions, pos)
 		input.Ops = append(input.Ops, cdc.OpDelete)
 	}
-	return h.apply(ctx, input, ch.DeadLetters, nil)
+	return h.apply(ctx, cdcRecords{Input: input}, ch.DeadLetters, nil)
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // nestedSpec is a pipeline of orders typed by their messages, whose items
-// land in the child table orders__items.
+// land in the child table orders__items, and in latest__items under the
+// SCD1 target latest.
 const nestedSpec = `pipeline: it
 kafka:
   brokers: [%s]
@@ -22,17 +23,25 @@ kafka:
 destination: %s
 tables:
   - name: orders
+  - name: latest
 flows:
   - name: orders_in
     target: orders
     kind: append
     source: {kafka: {topic: orders}}
-    batch: {rows: %d, wait: 200ms}
+    batch: {rows: %[3]d, wait: 200ms}
+  - name: latest_in
+    target: latest
+    kind: auto_cdc
+    source: {kafka: {topic: orders}}
+    keys: [order_id]
+    sequence_by: seq
+    batch: {rows: %[3]d, wait: 200ms}
 `
 
 // nestedOrder is order i: items i%3+1, item j of quantity j+1.
 func nestedOrder(i int) []byte {
-	b := fmt.Appendf(nil, `{"order_id": %d, "items": [`, i)
+	b := fmt.Appendf(nil, `{"order_id": %d, "seq": %d, "items": [`, i, i)
 	for j := range i%3 + 1 {
 		if j > 0 {
 			b = append(b, ',')
@@ -105,6 +114,22 @@ func TestNestedOrdersKilled(t *testing.T) {
 		}
 		if out := mustSluice(t, "status", "-f", spec).stdout; !strings.Contains(out, "orders_in child tables of orders:\n  orders__items, under orders") {
 			t.Errorf("status does not list the child table:\n%s", out)
+		}
+		// The SCD1 target: every order once, and the items of its change
+		// once each.
+		if rows := jsonl(t, mustSluice(t, "show", "-f", spec, "latest", "--format", "jsonl").stdout); len(rows) != n {
+			t.Errorf("latest has %d rows, want %d", len(rows), n)
+		}
+		seen := map[string]bool{}
+		for _, r := range jsonl(t, mustSluice(t, "show", "-f", spec, "latest__items", "--format", "jsonl").stdout) {
+			k := fmt.Sprint(r["_sluice_root_id"], "/", r["_sluice_list_idx"])
+			if seen[k] {
+				t.Fatalf("latest__items holds item %s twice", k)
+			}
+			seen[k] = true
+		}
+		if len(seen) != items {
+			t.Errorf("latest__items holds %d items of its rows, want %d", len(seen), items)
 		}
 		slices.SortFunc(got, func(a, b [3]int64) int {
 			if a[0] != b[0] {

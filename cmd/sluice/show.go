@@ -37,6 +37,7 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 		return err
 	}
 	var sortBy []string
+	cdcRoot := "" // a child table of this CDC target: its current rows only
 	switch table {
 	case batch.LoadsTable:
 		sortBy = []string{"committed_at", "load_id"}
@@ -48,9 +49,12 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 		sortBy = []string{"version", "inserted_at"}
 	default:
 		t := p.Table(table)
-		if t == nil && p.ChildRoot(table) != nil {
+		if root := p.ChildRoot(table); t == nil && root != nil {
 			// A child table: by its record, its parent, its place.
 			sortBy = []string{batch.RootIDColumn, batch.ParentIDColumn, batch.ListIdxColumn}
+			if root.CDC {
+				cdcRoot = root.Name
+			}
 			break
 		}
 		if t == nil {
@@ -83,6 +87,11 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 	if err != nil {
 		return err
 	}
+	if cdcRoot != "" {
+		if b, err = currentChildRows(ctx, sink, cdcRoot, b); err != nil {
+			return err
+		}
+	}
 	idx := make([]int, 0, len(sortBy))
 	for _, name := range sortBy {
 		if i := b.Schema.Index(name); i >= 0 {
@@ -91,4 +100,30 @@ func (g *globals) show(ctx context.Context, table, format string) error {
 	}
 	render.Sort(b, idx)
 	return render.Write(g.stdout, b, format)
+}
+
+// currentChildRows returns the rows of a child table of a CDC target that
+// belong to the target's rows now: those whose record's change the target
+// shows (docs/schema.md#child-tables).
+func currentChildRows(ctx context.Context, sink sinks.Sink, root string, b *batch.Batch) (*batch.Batch, error) {
+	r, err := sink.Scan(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	if v := r.Column(batch.IDColumn); v != nil {
+		for i := range r.Len() {
+			if !v.IsNull(i) {
+				ids[v.Strs[i]] = true
+			}
+		}
+	}
+	roots := b.Column(batch.RootIDColumn)
+	out := batch.New(b.Schema, b.Len())
+	for i := range b.Len() {
+		if roots != nil && !roots.IsNull(i) && ids[roots.Strs[i]] {
+			out.AppendRow(b, i)
+		}
+	}
+	return out, nil
 }

@@ -403,15 +403,10 @@ const DefaultMaxNesting = 4
 // Clone.
 func (d *JSON) SetMaxNesting(n int) { d.plan.maxNesting = n }
 
-// SetListsAsText has a list stored as its JSON text in the column of its
-// path, as a value deeper than max_nesting is, rather than in a child
-// table. Call it before Clone.
-func (d *JSON) SetListsAsText() { d.plan.listsAsText = true }
-
 // nested collects the fields of a nested object or list, the value of
 // the field path (column name name), depth levels down from the record.
 func (d *JSON) nested(name, path string, val *fastjson.Value, depth int) *Error {
-	if depth > d.maxNesting || d.listsAsText && val.Type() == fastjson.TypeArray {
+	if depth > d.maxNesting {
 		return d.leaf(name, path, val, true)
 	}
 	if val.Type() == fastjson.TypeArray {

@@ -119,8 +119,7 @@ type plan struct {
 	reserved map[string]string // Reserve: column name -> why no field may fill it
 	// maxNesting is how many levels of nested objects an inferring decoder
 	// flattens (SetMaxNesting).
-	maxNesting  int
-	listsAsText bool // lists are stored as their JSON text, not in child tables (SetListsAsText)
+	maxNesting int
 	// SetPaths: per column, the dotted path of the nested field it takes
 	// ("" for a field of the record), its segments, and the first segment
 	// of every path (fields of the record that are no column, but hold one).

@@ -701,9 +701,10 @@ func (p *Pipeline) ChildRoot(name string) *Table {
 }
 
 // HasChildren reports whether the flow's target may have child tables:
-// an append target typed by its data (docs/schema.md#child-tables).
+// an append target typed by its data, or a CDC target typed by its
+// messages (docs/schema.md#child-tables).
 func (f *Flow) HasChildren(p *Pipeline) bool {
-	return f.Kind == KindAppend && f.DataTold(p)
+	return (f.Kind == KindAppend || f.Kind == KindAutoCDC && f.InfersJSON()) && f.DataTold(p)
 }
 
 // IsCDC reports whether the flow is an auto_cdc or auto_cdc_from_snapshot flow.

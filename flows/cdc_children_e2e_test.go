@@ -1,0 +1,146 @@
+package flows_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/destination"
+)
+
+// TestCDCChildTables loads orders with items into SCD1 and SCD2 targets
+// typed by their messages: the items of each change land in the child
+// table in the load of the change, named by its _sluice_id, so that joined
+// to the target they are those of its current rows (SCD1: a key updated
+// with fewer items shows those, a deleted key none, a re-inserted one its
+// new ones; SCD2: each version its own, a late change splitting a version
+// with its items); a bad element two levels down is a dead letter by its
+// path while the rest lands.
+func TestCDCChildTables(t *testing.T) {
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "cdc_kids_" + dname
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: orders
+  - name: history
+flows:
+  - name: scd1
+    target: orders
+    kind: auto_cdc
+    source: {kafka: {topic: `+topic+`}}
+    keys: [order_id]
+    sequence_by: seq
+    apply_as_deletes: 'op == "D"'
+  - name: scd2
+    target: history
+    kind: auto_cdc
+    source: {kafka: {topic: `+topic+`}}
+    keys: [order_id]
+    sequence_by: seq
+    apply_as_deletes: 'op == "D"'
+    stored_as_scd_type: 2
+`)
+		s.produce(topic,
+			`{"order_id": 1, "seq": 10, "items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 1}]}`,
+			`{"order_id": 2, "seq": 10, "items": [{"sku": "c", "qty": 1}]}`,
+		)
+		s.update()
+		s.produce(topic,
+			`{"order_id": 1, "seq": 30, "items": [{"sku": "a", "qty": 3}]}`,
+			`{"order_id": 2, "seq": 20, "op": "D"}`,
+			`{"order_id": 3, "seq": 10, "items": [{"sku": "ok", "qty": 1}, {"sku": "caf`+"\xe9"+`", "qty": 1}]}`,
+		)
+		s.update()
+		s.produce(topic,
+			`{"order_id": 2, "seq": 40, "items": [{"sku": "d", "qty": 1}, {"sku": "e", "qty": 5}]}`,
+			`{"order_id": 1, "seq": 20, "items": [{"sku": "z", "qty": 9}]}`,
+		)
+		s.update()
+
+		if got, want := currentJoined(t, s, "orders", "orders__items", "order_id"), []string{
+			"1[0]: a,3", "2[0]: d,1", "2[1]: e,5",
+		}; !slices.Equal(got, want) {
+			t.Fatalf("orders' items %q, want %q", got, want)
+		}
+		if got, want := currentJoined(t, s, "history", "history__items", "order_id", "__START_AT"), []string{
+			"1/10[0]: a,2", "1/10[1]: b,1", "1/20[0]: z,9", "1/30[0]: a,3", "2/10[0]: c,1", "2/40[0]: d,1", "2/40[1]: e,5",
+		}; !slices.Equal(got, want) {
+			t.Fatalf("history's items %q, want %q", got, want)
+		}
+		if got, want := s.rows("history", batch.IDColumn), []string{"1,10,∞,10,20", "1,20,∞,20,30", "1,30,∞,30,∞", "2,10,∞,10,20", "2,40,∞,40,∞"}; !slices.Equal(got, want) {
+			t.Fatalf("history %q, want %q", got, want)
+		}
+		bad := s.rows(batch.DeadLettersTable, "at", "payload", "pipeline", "target", "source", batch.LoadIDColumn)
+		wantBad := []string{
+			`scd1,0/4,invalid_utf8,field "items[1].sku": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`,
+			`scd2,0/4,invalid_utf8,field "items[1].sku": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`,
+		}
+		if !slices.Equal(bad, wantBad) {
+			t.Fatalf("dead letters\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(wantBad, "\n"))
+		}
+	})
+}
+
+// currentJoined joins the rows of a child table of a CDC target to the
+// target's rows: each child row whose record is a row of the target now, as
+// "<the row's keys, joined by />[<its list index>]: <its other columns>",
+// sorted. The child rows of changes the target shows no more are left out.
+func currentJoined(t *testing.T, s *stepper, parent, child string, keys ...string) []string {
+	t.Helper()
+	ctx := t.Context()
+	sink, err := destination.Open(ctx, s.p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	p, err := sink.Scan(ctx, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[any]string{}
+	if p.Column(batch.IDColumn) == nil {
+		return nil // no change had a list yet
+	}
+	for i := range p.Len() {
+		var k []string
+		for _, n := range keys {
+			k = append(k, fmt.Sprint(p.Column(n).Value(i)))
+		}
+		rows[p.Column(batch.IDColumn).Value(i)] = strings.Join(k, "/")
+	}
+	c, err := sink.Scan(ctx, child)
+	if errors.Is(err, sinks.ErrUnknownTable) {
+		return nil // no change had a list yet
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for _, n := range c.Schema.Names() {
+		if !batch.IsLinkColumn(n) && n != batch.LoadIDColumn {
+			rest = append(rest, n)
+		}
+	}
+	var out []string
+	for i := range c.Len() {
+		pk, ok := rows[c.Column(batch.RootIDColumn).Value(i)]
+		if !ok {
+			continue
+		}
+		var parts []string
+		for _, n := range rest {
+			v := c.Column(n).Value(i)
+			if v == nil {
+				v = "∞"
+			}
+			parts = append(parts, fmt.Sprint(v))
+		}
+		out = append(out, fmt.Sprintf("%s[%v]: %s", pk, c.Column(batch.ListIdxColumn).Value(i), strings.Join(parts, ",")))
+	}
+	slices.Sort(out)
+	return out
+}

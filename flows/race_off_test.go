@@ -1,0 +1,5 @@
+//go:build !race
+
+package flows_test
+
+const raceOn = false
