@@ -86,6 +86,7 @@ type plan struct {
 	dataIdx  []int        // table index of each data column
 	src      []int        // source index of each data column, or -1
 	isKey    []bool
+	required []bool // the table column is not nullable
 	eligible []bool // ignore-null applies
 	tracked  []bool // SCD type 2: a change opens a version
 	anyElig  bool
@@ -227,6 +228,7 @@ func (c *Config) resolve() (*plan, error) {
 		p.dataIdx = append(p.dataIdx, ti)
 		p.src = append(p.src, si)
 		p.isKey = append(p.isKey, slices.Contains(c.Keys, col.Name))
+		p.required = append(p.required, !col.Nullable)
 	}
 	if p.scd2 && (p.startIdx < 0 || p.endIdx < 0) {
 		return nil, fmt.Errorf("an SCD type 2 table needs columns %s and %s", StartAtColumn, EndAtColumn)

@@ -91,6 +91,11 @@ func (a *applyCtx) fold1(evs []event, b []Barrier) (row1, bool) {
 	}
 	for c := range vals {
 		if vals[c].k == vAbsent {
+			if a.p.required[c] {
+				// No change gave the value yet (an absent one, as
+				// Debezium's TOAST placeholder): the row is not known.
+				return row1{}, false
+			}
 			vals[c] = null
 		}
 	}

@@ -68,12 +68,12 @@ func (a *applyCtx) fold2From(evs []event, from int, dst []version, dangling []bo
 		raw := a.valsOf(ev)
 		res := a.take(len(raw))
 		for c, v := range raw {
-			if v.k == vAbsent {
-				v = null
-				if prev != nil {
-					v = prev[c]
-				}
+			if v.k == vAbsent && prev != nil {
+				v = prev[c]
 			}
+			// An absent value without a version before it stays absent:
+			// NULL in the row, or no row in a column that is not nullable
+			// (unknown).
 			res[c] = v
 		}
 		same := cur >= 0
@@ -93,6 +93,17 @@ func (a *applyCtx) fold2From(evs []event, from int, dst []version, dangling []bo
 		prev = res
 	}
 	return dst, walk2{prev: prev, cur: cur}
+}
+
+// unknown reports whether a version holds no value in a column that is
+// not nullable: an absent value with no version before it (fold2From).
+func (a *applyCtx) unknown(v version) bool {
+	for c, x := range v.vals {
+		if x.k == vAbsent && a.p.required[c] {
+			return true
+		}
+	}
+	return false
 }
 
 // compact2 returns the events of m to keep: all of them (see expire2).
@@ -181,6 +192,10 @@ func (a *applyCtx) diff2(key string, oldEv, newEv []event, same int) error {
 	ov, _ := a.fold2From(oldEv, same, append(a.oldVers[:0], open...), nil, w)
 	nv, _ := a.fold2From(newEv, same, append(a.newVers[:0], open...), nil, w)
 	a.oldVers, a.newVers = ov[:0], nv[:0]
+	// A version a column of which no change gave yet (an absent value,
+	// as Debezium's TOAST placeholder, in a column that is not nullable)
+	// is not known: it is no row until a change gives the value.
+	ov, nv = slices.DeleteFunc(ov, a.unknown), slices.DeleteFunc(nv, a.unknown)
 	i, j := 0, 0
 	for i < len(ov) || j < len(nv) {
 		var os, ns string

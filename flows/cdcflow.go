@@ -499,6 +499,11 @@ func (h *cdcHandler) current() (*cdc.Engine, error) {
 	}
 	cfg := h.cfg
 	cfg.Source, cfg.Table = src, table
+	if len(cfg.TrackHistoryColumnList) > 0 && table.Index(batch.IDColumn) >= 0 && !slices.Contains(cfg.TrackHistoryColumnList, batch.IDColumn) {
+		// A version's child rows are those of the change that started it:
+		// a change with other ones starts a version (docs/schema.md).
+		cfg.TrackHistoryColumnList = append(slices.Clone(cfg.TrackHistoryColumnList), batch.IDColumn)
+	}
 	eng, err := cdc.New(cfg, pendingStore{h.target})
 	if err != nil {
 		return nil, err
@@ -507,11 +512,13 @@ func (h *cdcHandler) current() (*cdc.Engine, error) {
 	return eng, nil
 }
 
-// missingIdentity returns the key and sequence columns s lacks.
+// missingIdentity returns the key and sequence columns s lacks; a
+// computed one is never missing (the rules add it after decoding).
 func (h *cdcHandler) missingIdentity(s batch.Schema) []string {
 	var out []string
 	for _, n := range append(slices.Clone(h.flow.Keys), h.flow.SequenceBy...) {
-		if s.Index(n) < 0 {
+		computed := slices.ContainsFunc(h.flow.ComputedColumns, func(c spec.ComputedColumn) bool { return c.Name == n })
+		if s.Index(n) < 0 && !computed {
 			out = append(out, n)
 		}
 	}

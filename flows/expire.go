@@ -19,7 +19,7 @@ func (r *runner) expireEvery(h *cdcHandler) time.Duration {
 	if r.opts.ExpireEvery > 0 {
 		return r.opts.ExpireEvery
 	}
-	return min(max(h.cfg.TombstoneRetention/4, time.Minute), 6*time.Hour)
+	return min(max(h.flow.TombstoneRetention/4, time.Minute), 6*time.Hour)
 }
 
 // expireLoop forgets, in run mode, what a CDC target's key states remember

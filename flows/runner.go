@@ -253,7 +253,7 @@ func (r *runner) execute(ctx context.Context) error {
 			}
 			var h *cdcHandler
 			h, err = r.newCDCHandler(f, t)
-			if h != nil && (t.expiry == nil || h.cfg.TombstoneRetention > t.expiry.cfg.TombstoneRetention) {
+			if h != nil && (t.expiry == nil || h.flow.TombstoneRetention > t.expiry.flow.TombstoneRetention) {
 				// Of the flows writing a target, the one whose tombstone_retention is
 				// longest decides its expiry: forgetting later than a flow asks is
 				// safe, earlier is not.

@@ -550,15 +550,23 @@ func (d *Debezium) fill(rec *batch.Record, out *batch.Batch, mode rowMode, opNam
 // unavailable appends a placeholder for the value of data column c when
 // the change carries the placeholder in its stead (SetUnavailable).
 func (d *Debezium) unavailable(c *dcol, vec *batch.Vector) bool {
-	if d.placeholder == "" || c.typ.Kind != batch.KindString && c.typ.Kind != batch.KindBytes {
+	val := d.data.vals[c.slot]
+	if c.typ.Kind == batch.KindArray && val != nil && val.Type() == fastjson.TypeArray {
+		// An array column's placeholder is a list of the placeholder alone
+		// (of text elements; of numbers, Debezium's own number placeholder
+		// is indistinguishable from data and loads as it is).
+		if items, _ := val.Array(); len(items) == 1 && (c.typ.Elem == batch.KindString || c.typ.Elem == batch.KindBytes) {
+			val = items[0]
+		}
+	}
+	if d.placeholder == "" || c.typ.Scalar().Kind != batch.KindString && c.typ.Scalar().Kind != batch.KindBytes {
 		return false
 	}
-	val := d.data.vals[c.slot]
 	if val == nil || val.Type() != fastjson.TypeString {
 		return false
 	}
 	want := d.placeholder
-	if c.typ.Kind == batch.KindBytes {
+	if c.typ.Scalar().Kind == batch.KindBytes {
 		want = d.placeholder64
 	}
 	if b, _ := val.StringBytes(); string(b) != want {

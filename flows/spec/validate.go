@@ -652,6 +652,16 @@ func (c *checker) source(i int, f *Flow, kindOK bool, target *Table) {
 			c.add(indexPath(colsPath, j)+".type", "metadata field %s is %s, not %s", col.Name, natural, col.Type)
 		}
 	}
+	if s.Kafka != nil && s.Kafka.Format == FormatDebezium {
+		for j, col := range cols {
+			switch col.Type.Scalar().Kind {
+			case batch.KindTimestamp, batch.KindDate, batch.KindDecimal:
+				if col.Type.Kind == batch.KindArray {
+					c.add(indexPath(colsPath, j)+".type", "a Debezium envelope's %v elements are encoded by the logical type of its schema, which sluice reads for single values only: declare the column array(string) or array(int64), as the envelope holds them", col.Type)
+				}
+			}
+		}
+	}
 	if !decodesJSON(s) {
 		for j, col := range cols {
 			if col.Path != "" {

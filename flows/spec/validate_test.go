@@ -308,6 +308,7 @@ flows:
       - {name: c, type: array(timestamp), unit: s}
     order_by: [c] #! tables[0].order_by[0]: column c is array(timestamp): order_by takes scalar columns
   - name: u
+  - name: w
 flows:
   - name: f
     target: u
@@ -323,6 +324,19 @@ flows:
     sequence_by: seq
     computed_columns:
       - {name: total, type: float64, expr: "sum(prices)"} #! flows[0].computed_columns[0].expr: reads the decimal column prices, which an expression sees as a float64: its result would not be exact; compute it from other columns, or store the decimal column as it is
+  - name: g
+    target: w
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: t
+        format: debezium
+        columns:
+          - {name: id, type: int64}
+          - {name: days, type: array(date)} #! flows[1].source.kafka.columns[1].type: a Debezium envelope's array(date) elements are encoded by the logical type of its schema, which sluice reads for single values only: declare the column array(string) or array(int64), as the envelope holds them
+          - {name: tags, type: array(string)}
+    keys: [id]
+    sequence_by: id
 `},
 		{"column unit", header + `tables:
   - name: t

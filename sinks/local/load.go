@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -233,8 +234,17 @@ func checkVector(v *batch.Vector) error {
 			}
 		}
 	case batch.KindArray:
-		if err := checkVector(v.Elems); err != nil {
-			return fmt.Errorf("element %w", err)
+		if checkVector(v.Elems) == nil {
+			return nil
+		}
+		// Name the row and the element.
+		for r := range v.Len() {
+			lo, hi := v.Array(r)
+			for j := lo; j < hi; j++ {
+				if err := checkVector(v.Elems.Take([]int{j})); err != nil {
+					return fmt.Errorf("row %d: element %d: %s", r, j-lo, strings.TrimPrefix(err.Error(), "row 0: "))
+				}
+			}
 		}
 	}
 	return nil

@@ -222,8 +222,12 @@ func newFileWriter(disk fsys.FS, path string, schema batch.Schema, loadID string
 	// bytes unsigned, which orders negative values wrongly; leave them out
 	// rather than mislead a reader's pruning.
 	for _, c := range schema.Columns {
-		if c.Type.Kind == batch.KindDecimal && c.Type.Precision > 18 {
-			opts = append(opts, parquet.SkipPageBounds(c.Name), parquet.SkipPageStatistics(c.Name))
+		if t := c.Type.Scalar(); t.Kind == batch.KindDecimal && t.Precision > 18 {
+			path := []string{c.Name}
+			if c.Type.Kind == batch.KindArray {
+				path = append(path, "list", "element")
+			}
+			opts = append(opts, parquet.SkipPageBounds(path...), parquet.SkipPageStatistics(path...))
 		}
 	}
 	buf := writeBufs.Get().(*bufio.Writer)
