@@ -47,6 +47,10 @@ func (p Position) source() string {
 	return p.File
 }
 
+// DeadLetterAt returns the source and the position a dead letter of the
+// record at p names.
+func (p Position) DeadLetterAt() (source, position string) { return p.source(), p.deadLetterPosition() }
+
 // deadLetterPosition is the dead-letter position: "partition/offset" for
 // Kafka, the row number for files.
 func (p Position) deadLetterPosition() string {

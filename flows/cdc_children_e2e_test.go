@@ -3,6 +3,7 @@ package flows_test
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -143,4 +144,49 @@ func currentJoined(t *testing.T, s *stepper, parent, child string, keys ...strin
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestCDCChildTablesFromFiles loads Parquet files of orders with their
+// items into an SCD1 target typed by its files: each row's items land in
+// the child table, and joined to the target they are those of its current
+// rows, a later file's update of a key with fewer items included.
+func TestCDCChildTablesFromFiles(t *testing.T) {
+	type item struct {
+		SKU string `parquet:"sku"`
+		Qty int64  `parquet:"qty"`
+	}
+	type order struct {
+		OrderID int64  `parquet:"order_id"`
+		Seq     int64  `parquet:"seq"`
+		Items   []item `parquet:"items,list"`
+	}
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: orders
+flows:
+  - name: bf
+    target: orders
+    kind: auto_cdc
+    source: {files: {path: "in/*.parquet"}}
+    keys: [order_id]
+    sequence_by: seq
+`)
+		writeParquet(t, filepath.Join(s.dir, "in", "a.parquet"), []order{
+			{OrderID: 1, Seq: 1, Items: []item{{"a", 2}, {"b", 1}}},
+			{OrderID: 2, Seq: 1, Items: []item{{"c", 1}}},
+		})
+		s.update()
+		writeParquet(t, filepath.Join(s.dir, "in", "b.parquet"), []order{
+			{OrderID: 1, Seq: 2, Items: []item{{"a", 3}}},
+			{OrderID: 2, Seq: 0, Items: []item{{"old", 1}}},
+		})
+		s.update()
+		if got, want := currentJoined(t, s, "orders", "orders__items", "order_id"), []string{"1[0]: a,3", "2[0]: c,1"}; !slices.Equal(got, want) {
+			t.Fatalf("orders' items %q, want %q", got, want)
+		}
+		if got, want := s.rows("orders", batch.IDColumn), []string{"1,2", "2,1"}; !slices.Equal(got, want) {
+			t.Fatalf("orders %q, want %q", got, want)
+		}
+	})
 }

@@ -182,6 +182,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		}
 		return h, nil
 	}
+	cfg = trackIDs(cfg)
 	eng, err := cdc.New(cfg, pendingStore{t})
 	if err != nil {
 		return nil, err
@@ -281,7 +282,7 @@ func applied(in cdc.Input, dls []batch.DeadLetter) *batch.Batch {
 	ids := in.Batch.Column(batch.IDColumn)
 	out := batch.New(batch.Schema{Columns: []batch.Column{{Name: batch.IDColumn, Type: batch.String, Nullable: true}}}, in.Batch.Len())
 	for i, p := range in.Positions {
-		if ids == nil || ids.IsNull(i) || dead[p.Topic+" "+fmt.Sprintf("%d/%d", p.Partition, p.Offset)] {
+		if src, pos := p.DeadLetterAt(); ids == nil || ids.IsNull(i) || dead[src+" "+pos] {
 			continue
 		}
 		out.Vectors[0].AppendString(ids.Strs[i])
@@ -336,7 +337,7 @@ func (h *cdcHandler) prepareChunk(ctx context.Context, ch *backfill.Chunk) (*pre
 	for i := range n {
 		in.Positions[i] = cdc.Position{Flow: h.flow.Name, File: ch.File, Offset: ch.Row(i)}
 	}
-	recs, dls, counts, err := h.applyRules(cdcRecords{Input: in}, ch.DeadLetters)
+	recs, dls, counts, err := h.applyRules(cdcRecords{Input: in, kids: ch.Children}, ch.DeadLetters)
 	if err != nil {
 		return nil, err
 	}
@@ -499,17 +500,22 @@ func (h *cdcHandler) current() (*cdc.Engine, error) {
 	}
 	cfg := h.cfg
 	cfg.Source, cfg.Table = src, table
-	if len(cfg.TrackHistoryColumnList) > 0 && table.Index(batch.IDColumn) >= 0 && !slices.Contains(cfg.TrackHistoryColumnList, batch.IDColumn) {
-		// A version's child rows are those of the change that started it:
-		// a change with other ones starts a version (docs/schema.md).
-		cfg.TrackHistoryColumnList = append(slices.Clone(cfg.TrackHistoryColumnList), batch.IDColumn)
-	}
-	eng, err := cdc.New(cfg, pendingStore{h.target})
+	eng, err := cdc.New(trackIDs(cfg), pendingStore{h.target})
 	if err != nil {
 		return nil, err
 	}
 	h.cfg, h.engine = cfg, eng
 	return eng, nil
+}
+
+// trackIDs has an SCD2 target with child tables track _sluice_id: a
+// version's child rows are those of the change that started it, so a
+// change with other ones starts a version (docs/schema.md#child-tables).
+func trackIDs(cfg cdc.Config) cdc.Config {
+	if len(cfg.TrackHistoryColumnList) > 0 && cfg.Table.Index(batch.IDColumn) >= 0 && !slices.Contains(cfg.TrackHistoryColumnList, batch.IDColumn) {
+		cfg.TrackHistoryColumnList = append(slices.Clone(cfg.TrackHistoryColumnList), batch.IDColumn)
+	}
+	return cfg
 }
 
 // missingIdentity returns the key and sequence columns s lacks; a

@@ -399,7 +399,7 @@ func (r *runner) filesSchema(f *spec.Flow, files []backfill.File, reading bool) 
 		return rs, err
 	}
 	rs.wanted = r.sourceSchema(f)
-	if f.DataTold(r.p) && f.Kind == spec.KindAppend {
+	if f.HasChildren(r.p) {
 		if kids := r.childSchemas(f.Target); len(kids) > 0 {
 			rs.children = kids
 		}

@@ -240,8 +240,8 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 		return batch.Schema{}, err
 	}
 	if len(kids) > 0 {
-		if f.Kind != spec.KindAppend {
-			return batch.Schema{}, fmt.Errorf("the files have lists (%s), whose child tables belong to append targets: declare the source's columns to leave them out",
+		if !f.HasChildren(r.p) {
+			return batch.Schema{}, fmt.Errorf("the files have lists (%s), whose child tables belong to append targets and to auto_cdc targets of files or messages, not to snapshots: declare the source's columns to leave them out",
 				strings.Join(slices.Sorted(maps.Keys(kids)), ", "))
 		}
 		r.noteFileChildren(f.Target, kids)

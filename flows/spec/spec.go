@@ -701,10 +701,11 @@ func (p *Pipeline) ChildRoot(name string) *Table {
 }
 
 // HasChildren reports whether the flow's target may have child tables:
-// an append target typed by its data, or a CDC target typed by its
-// messages (docs/schema.md#child-tables).
+// an append target typed by its data, or an auto_cdc target typed by its
+// messages or its files (docs/schema.md#child-tables).
 func (f *Flow) HasChildren(p *Pipeline) bool {
-	return (f.Kind == KindAppend || f.Kind == KindAutoCDC && f.InfersJSON()) && f.DataTold(p)
+	cdc := f.Kind == KindAutoCDC && (f.InfersJSON() || f.Source.Files != nil)
+	return (f.Kind == KindAppend || cdc) && f.DataTold(p)
 }
 
 // IsCDC reports whether the flow is an auto_cdc or auto_cdc_from_snapshot flow.
