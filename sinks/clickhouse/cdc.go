@@ -327,7 +327,7 @@ func (s *Sink) cdcInfo(ctx context.Context, table string) (*cdcTable, error) {
 		return nil, fmt.Errorf("clickhouse: table %q: %w", table, sinks.ErrUnknownTable)
 	}
 	s.mu.Lock()
-	ct := s.cdc[table]
+	ct, gen := s.cdc[table], s.forgets
 	s.mu.Unlock()
 	if ct != nil {
 		return ct, nil
@@ -344,7 +344,9 @@ func (s *Sink) cdcInfo(ctx context.Context, table string) (*cdcTable, error) {
 	named.name = table
 	ct = &cdcTable{name: table, phys: phys, kind: physKind(info), keys: physKeys(info), info: &named}
 	s.mu.Lock()
-	s.cdc[table] = ct
+	if s.forgets == gen {
+		s.cdc[table] = ct // else it may predate an Ensure (see info)
+	}
 	s.mu.Unlock()
 	return ct, nil
 }

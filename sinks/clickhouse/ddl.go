@@ -486,7 +486,7 @@ func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
 // ErrUnknownTable when the table does not exist.
 func (s *Sink) info(ctx context.Context, name string) (*tableInfo, error) {
 	s.mu.Lock()
-	info := s.tables[name]
+	info, gen := s.tables[name], s.forgets
 	s.mu.Unlock()
 	if info != nil {
 		return info, nil
@@ -499,7 +499,11 @@ func (s *Sink) info(ctx context.Context, name string) (*tableInfo, error) {
 		return nil, fmt.Errorf("clickhouse: table %s: %w", name, sinks.ErrUnknownTable)
 	}
 	s.mu.Lock()
-	s.tables[name] = info
+	if s.forgets == gen {
+		// Else an Ensure changed a table meanwhile: this description may
+		// predate it, and the next call describes the table again.
+		s.tables[name] = info
+	}
 	s.mu.Unlock()
 	return info, nil
 }
@@ -508,6 +512,7 @@ func (s *Sink) info(ctx context.Context, name string) (*tableInfo, error) {
 // whose physical table it is.
 func (s *Sink) forget(name string) {
 	s.mu.Lock()
+	s.forgets++
 	delete(s.tables, name)
 	delete(s.cdc, name)
 	delete(s.cdc, strings.TrimPrefix(name, physPrefix))

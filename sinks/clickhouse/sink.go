@@ -51,6 +51,7 @@ type Sink struct {
 	systemReady bool                  // ensureSystem succeeded
 	dropSync    string                // " SYNC" in an Atomic database, so that a drop waits for running queries
 	tables      map[string]*tableInfo // by table name; dropped by Ensure
+	forgets     uint64                // how many times forget ran: info caches no description older than the last
 	inflight    map[string]*load      // by encoded load id: between Begin and the end of Commit or Abort
 	pending     map[string]*load      // own loads whose commit or publication is unresolved
 	owner       string                // id of the latest heartbeat this process wrote
