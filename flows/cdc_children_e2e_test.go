@@ -25,26 +25,7 @@ func TestCDCChildTables(t *testing.T) {
 	broker := startBroker(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic := "cdc_kids_" + dname
-		s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: orders
-  - name: history
-flows:
-  - name: scd1
-    target: orders
-    kind: auto_cdc
-    source: {kafka: {topic: `+topic+`}}
-    keys: [order_id]
-    sequence_by: seq
-    apply_as_deletes: 'op == "D"'
-  - name: scd2
-    target: history
-    kind: auto_cdc
-    source: {kafka: {topic: `+topic+`}}
-    keys: [order_id]
-    sequence_by: seq
-    apply_as_deletes: 'op == "D"'
-    stored_as_scd_type: 2
-`)
+		s := newStepper(t, broker.Addr(), dest(t), ordersHistorySpec(topic))
 		s.produce(topic,
 			`{"order_id": 1, "seq": 10, "items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 1}]}`,
 			`{"order_id": 2, "seq": 10, "items": [{"sku": "c", "qty": 1}]}`,
@@ -86,11 +67,47 @@ flows:
 	})
 }
 
+// ordersHistorySpec is a pipeline of orders with items from topic into
+// an SCD1 target orders and an SCD2 target history, both typed by the
+// messages, op "D" a delete.
+func ordersHistorySpec(topic string) string {
+	return `tables:
+  - name: orders
+  - name: history
+flows:
+  - name: scd1
+    target: orders
+    kind: auto_cdc
+    source: {kafka: {topic: ` + topic + `}}
+    keys: [order_id]
+    sequence_by: seq
+    apply_as_deletes: 'op == "D"'
+  - name: scd2
+    target: history
+    kind: auto_cdc
+    source: {kafka: {topic: ` + topic + `}}
+    keys: [order_id]
+    sequence_by: seq
+    apply_as_deletes: 'op == "D"'
+    stored_as_scd_type: 2
+`
+}
+
 // currentJoined joins the rows of a child table of a CDC target to the
 // target's rows: each child row whose record is a row of the target now, as
 // "<the row's keys, joined by />[<its list index>]: <its other columns>",
 // sorted. The child rows of changes the target shows no more are left out.
 func currentJoined(t *testing.T, s *stepper, parent, child string, keys ...string) []string {
+	t.Helper()
+	return joinChild(t, s, parent, child, batch.RootIDColumn, false, keys...)
+}
+
+// joinChild joins the rows of a child table to its parent's by the link
+// column: each child row as "<the parent's keys, joined by />[<its list
+// index>]: <its other columns>", sorted. With strict, a child row whose
+// parent is missing fails the test; otherwise it is left out, and so are
+// tables that do not exist yet.
+func joinChild(t *testing.T, s *stepper, parent, child, link string, strict bool, keys ...string) []string {
 	t.Helper()
 	ctx := t.Context()
 	sink, err := destination.Open(ctx, s.p, nil)
@@ -102,10 +119,10 @@ func currentJoined(t *testing.T, s *stepper, parent, child string, keys ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[any]string{}
-	if p.Column(batch.IDColumn) == nil {
-		return nil // no change had a list yet
+	if p.Column(batch.IDColumn) == nil && !strict {
+		return nil // no record had a list yet
 	}
+	rows := map[any]string{}
 	for i := range p.Len() {
 		var k []string
 		for _, n := range keys {
@@ -114,8 +131,8 @@ func currentJoined(t *testing.T, s *stepper, parent, child string, keys ...strin
 		rows[p.Column(batch.IDColumn).Value(i)] = strings.Join(k, "/")
 	}
 	c, err := sink.Scan(ctx, child)
-	if errors.Is(err, sinks.ErrUnknownTable) {
-		return nil // no change had a list yet
+	if errors.Is(err, sinks.ErrUnknownTable) && !strict {
+		return nil
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +145,11 @@ func currentJoined(t *testing.T, s *stepper, parent, child string, keys ...strin
 	}
 	var out []string
 	for i := range c.Len() {
-		pk, ok := rows[c.Column(batch.RootIDColumn).Value(i)]
-		if !ok {
+		pk, ok := rows[c.Column(link).Value(i)]
+		switch {
+		case strict && (!ok || c.Column(batch.RootIDColumn).Value(i) == nil):
+			t.Fatalf("%s row %d has no parent row in %s", child, i, parent)
+		case !ok:
 			continue
 		}
 		var parts []string

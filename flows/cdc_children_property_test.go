@@ -96,26 +96,7 @@ func TestPropertyCDCChildTables(t *testing.T) {
 		order := rapid.Permutation(cs).Draw(rt, "order")
 		cuts := rapid.IntRange(1, 3).Draw(rt, "batches")
 		topic := fmt.Sprintf("nested_prop_%d", run)
-		s := newStepper(t, broker.Addr(), "  local: {path: "+t.TempDir()+"}", `tables:
-  - name: orders
-  - name: history
-flows:
-  - name: scd1
-    target: orders
-    kind: auto_cdc
-    source: {kafka: {topic: `+topic+`}}
-    keys: [order_id]
-    sequence_by: seq
-    apply_as_deletes: 'op == "D"'
-  - name: scd2
-    target: history
-    kind: auto_cdc
-    source: {kafka: {topic: `+topic+`}}
-    keys: [order_id]
-    sequence_by: seq
-    apply_as_deletes: 'op == "D"'
-    stored_as_scd_type: 2
-`)
+		s := newStepper(t, broker.Addr(), "  local: {path: "+t.TempDir()+"}", ordersHistorySpec(topic))
 		for b := range cuts {
 			var msgs []string
 			for i := b * len(order) / cuts; i < (b+1)*len(order)/cuts; i++ {

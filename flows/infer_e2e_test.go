@@ -465,48 +465,7 @@ flows:
 // a child row whose parent is missing fails the test.
 func joined(t *testing.T, s *stepper, parent, child, key string) []string {
 	t.Helper()
-	ctx := t.Context()
-	sink, err := destination.Open(ctx, s.p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	p, err := sink.Scan(ctx, parent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[any]any{}
-	for i := range p.Len() {
-		keys[p.Column(batch.IDColumn).Value(i)] = p.Column(key).Value(i)
-	}
-	c, err := sink.Scan(ctx, child)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rest []string
-	for _, n := range c.Schema.Names() {
-		if !batch.IsLinkColumn(n) && n != batch.LoadIDColumn {
-			rest = append(rest, n)
-		}
-	}
-	var out []string
-	for i := range c.Len() {
-		pk, ok := keys[c.Column(batch.ParentIDColumn).Value(i)]
-		if !ok || c.Column(batch.RootIDColumn).Value(i) == nil {
-			t.Fatalf("%s row %d has no parent row in %s", child, i, parent)
-		}
-		var parts []string
-		for _, n := range rest {
-			v := c.Column(n).Value(i)
-			if v == nil {
-				v = "∞"
-			}
-			parts = append(parts, fmt.Sprint(v))
-		}
-		out = append(out, fmt.Sprintf("%v[%v]: %s", pk, c.Column(batch.ListIdxColumn).Value(i), strings.Join(parts, ",")))
-	}
-	slices.Sort(out)
-	return out
+	return joinChild(t, s, parent, child, batch.ParentIDColumn, true, key)
 }
 
 // TestChildTablesEndToEnd checks orders with items into a table typed by
