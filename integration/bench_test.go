@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,10 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/sluicehq/sluice/consumer"
-	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/sample"
-	"github.com/sluicehq/sluice/flows/spec"
-	sinkdest "github.com/sluicehq/sluice/sinks/destination"
 )
 
 // benchMessages is the size of the benchmark's topic; SLUICE_BENCH_MESSAGES
@@ -71,32 +67,7 @@ func BenchmarkAppendLocal(b *testing.B) {
 			b.Fatalf("consume-only read %d records, want %d", recs, n)
 		}
 
-		dir := b.TempDir()
-		specPath := filepath.Join(dir, "sluice.yaml")
-		if err := os.WriteFile(specPath, fmt.Appendf(nil, sample.Spec, broker.Addr(), "./data"), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		p, err := spec.Load(specPath)
-		if err != nil {
-			b.Fatal(err)
-		}
-		sink, err := sinkdest.Open(ctx, p, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		start = time.Now()
-		if err := flows.Execute(ctx, p, sink, flows.Options{Mode: flows.ModeUpdate}); err != nil {
-			b.Fatal(err)
-		}
-		took := time.Since(start)
-		got, err := sink.Scan(ctx, "orders")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if got.Len() != n {
-			b.Fatalf("sluice loaded %d rows, want %d", got.Len(), n)
-		}
-		sink.Close()
+		took, _ := loadTopic(ctx, b, fmt.Sprintf(sample.Spec, broker.Addr(), "./data"), n)
 
 		baseRate, rate := float64(n)/base.Seconds(), float64(n)/took.Seconds()
 		b.ReportMetric(baseRate, "consume_only_msgs/s")
@@ -181,24 +152,9 @@ func sluiceIntoClickHouse(ctx context.Context, b *testing.B, d *clickHouseDest, 
 		b.Fatalf("the demo's spec has no %q to replace:\n%s", local, sample.Spec)
 	}
 	text := fmt.Sprintf(strings.Replace(sample.Spec, local, "clickhouse: {addr: [%s], database: %s}", 1), brokerAddr, d.addr, d.db)
-	specPath := filepath.Join(b.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(specPath, []byte(text), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	p, err := spec.Load(specPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sink, err := sinkdest.Open(ctx, p, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sink.Close()
-	start := time.Now()
-	if err := flows.Execute(ctx, p, sink, flows.Options{Mode: flows.ModeUpdate}); err != nil {
-		b.Fatal(err)
-	}
-	return time.Since(start)
+	took, sink := runUpdate(ctx, b, text)
+	sink.Close()
+	return took
 }
 
 // checkOrders fails unless the table holds order ids 1..n, once each.

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/sample"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
 	sinkdest "github.com/sluicehq/sluice/sinks/destination"
 )
 
@@ -108,10 +109,10 @@ func benchNested(b *testing.B, kind string) {
 	}
 }
 
-// loadTopic runs update of specText in a fresh folder, checks that table
-// orders holds n rows, and returns how long the update took and the
-// table's columns.
-func loadTopic(ctx context.Context, b *testing.B, specText string, n int) (time.Duration, batch.Schema) {
+// runUpdate runs update of specText in a fresh folder, in this process,
+// and returns how long it took and its destination, open: the caller
+// closes it.
+func runUpdate(ctx context.Context, b *testing.B, specText string) (time.Duration, sinks.Sink) {
 	b.Helper()
 	specPath := filepath.Join(b.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(specPath, []byte(specText), 0o644); err != nil {
@@ -125,12 +126,21 @@ func loadTopic(ctx context.Context, b *testing.B, specText string, n int) (time.
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sink.Close()
 	start := time.Now()
 	if err := flows.Execute(ctx, p, sink, flows.Options{Mode: flows.ModeUpdate}); err != nil {
+		sink.Close()
 		b.Fatal(err)
 	}
-	took := time.Since(start)
+	return time.Since(start), sink
+}
+
+// loadTopic runs update of specText (runUpdate), checks that table orders
+// holds n rows, and returns how long the update took and the table's
+// columns.
+func loadTopic(ctx context.Context, b *testing.B, specText string, n int) (time.Duration, batch.Schema) {
+	b.Helper()
+	took, sink := runUpdate(ctx, b, specText)
+	defer sink.Close()
 	got, err := sink.Scan(ctx, "orders")
 	if err != nil {
 		b.Fatal(err)
