@@ -265,8 +265,11 @@ func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch
 const ContractCount = "(schema_contract)"
 
 // contract is the flow's schema contract as its decoders apply it.
-func (h *appendHandler) contract() decode.Contract {
-	c := h.flow.Contract(h.r.p)
+func (h *appendHandler) contract() decode.Contract { return decodeContract(h.r.p, h.flow) }
+
+// decodeContract is a flow's schema contract as decoders apply it.
+func decodeContract(p *spec.Pipeline, f *spec.Flow) decode.Contract {
+	c := f.Contract(p)
 	return decode.Contract{Columns: c.Columns, DataType: c.DataType}
 }
 
@@ -292,24 +295,31 @@ func (h *appendHandler) decoder() (*decode.JSON, error) {
 	if !h.infers {
 		return h.pool.Get().(*decode.JSON), nil
 	}
-	s := h.r.sourceSchema(h.flow)
-	if len(h.hive) > 0 {
-		s.Columns = slices.DeleteFunc(slices.Clone(s.Columns), func(c batch.Column) bool { return slices.Contains(h.hive, c.Name) })
+	return h.r.inferringDecoder(&h.pool, h.flow, h.hive)
+}
+
+// inferringDecoder returns a decoder of the current source columns of a
+// flow typed by its messages (less the Hive columns hive, which no field
+// may fill), from pool when the one there is of those columns.
+func (r *runner) inferringDecoder(pool *sync.Pool, f *spec.Flow, hive []string) (*decode.JSON, error) {
+	s := r.sourceSchema(f)
+	if len(hive) > 0 {
+		s.Columns = slices.DeleteFunc(slices.Clone(s.Columns), func(c batch.Column) bool { return slices.Contains(hive, c.Name) })
 	}
-	kids := h.r.childSchemas(h.flow.Target)
-	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) && d.Reserves(h.hive) && sameSchemas(d.Children(), kids) {
+	kids := r.childSchemas(f.Target)
+	if d, _ := pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) && d.Reserves(hive) && sameSchemas(d.Children(), kids) {
 		return d, nil
 	}
-	d, err := decode.NewInferring(s, h.r.dataNames())
+	d, err := decode.NewInferring(s, r.dataNames())
 	if err != nil {
 		return nil, err
 	}
 	d.SetChildren(kids)
-	d.SetMaxNesting(h.flow.Nesting())
-	d.Reserve(h.hive, func(name string) string {
+	d.SetMaxNesting(f.Nesting())
+	d.Reserve(hive, func(name string) string {
 		return "is also a Hive segment of the file's path, which fills column " + name + ": rename the field or the segment"
 	})
-	c := h.contract()
+	c := decodeContract(r.p, f)
 	if len(s.Columns) == 0 {
 		// A contract governs the changes of a table: its first messages
 		// give it its columns.

@@ -568,7 +568,7 @@ func (h *cdcHandler) decode(ctx context.Context, rb *consumer.RecordBatch) (cdcR
 // sequence column, their records are dead letters.
 func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBatch) (cdcRecords, []batch.DeadLetter, error) {
 	for try := 0; ; try++ {
-		dec, err := h.inferringDecoder()
+		dec, err := h.r.inferringDecoder(&h.pool, h.flow, nil)
 		if err != nil {
 			return cdcRecords{}, nil, err
 		}
@@ -608,23 +608,6 @@ func (h *cdcHandler) withoutIdentity(in cdc.Input, dls []batch.DeadLetter, missi
 			Error: fmt.Sprintf("field %q: missing, and it is a key or the sequence of flow %s (no message has had it yet)", missing[0], h.flow.Name), Payload: in.Payloads[i]})
 	}
 	return dls
-}
-
-// inferringDecoder returns a decoder of the flow's current source columns.
-func (h *cdcHandler) inferringDecoder() (*decode.JSON, error) {
-	s := h.r.sourceSchema(h.flow)
-	kids := h.r.childSchemas(h.flow.Target)
-	if d, _ := h.pool.Get().(*decode.JSON); d != nil && d.Schema().Equal(s) && sameSchemas(d.Children(), kids) {
-		return d, nil
-	}
-	d, err := decode.NewInferring(s, h.r.dataNames())
-	if err != nil {
-		return nil, err
-	}
-	d.SetChildren(kids)
-	d.SetMaxNesting(h.flow.Nesting())
-	d.Govern(decode.Contract{Columns: decode.Evolve, DataType: decode.Evolve})
-	return d, nil
 }
 
 // decodeDeclared decodes the records of a flow of declared columns.
