@@ -532,15 +532,17 @@ func (h *cdcHandler) missingIdentity(s batch.Schema) []string {
 }
 
 // engineFor returns the engine to apply in with, and in over its source
-// columns: a batch decoded before its target gained columns has none of
-// them (NULL). Without an engine yet (current), in has no rows: the flow's
+// columns: in a target typed by its messages, a batch decoded before the
+// target gained columns has none of them (NULL). Without an engine yet (current), in has no rows: the flow's
 // decode made them dead letters. The caller holds the target's mu.
 func (h *cdcHandler) engineFor(in cdcRecords) (*cdc.Engine, cdcRecords, error) {
 	eng, err := h.current()
 	if err != nil || eng == nil {
 		return nil, in, err
 	}
-	in.Batch = Project(in.Batch, h.cfg.Source)
+	if h.infers {
+		in.Batch = Project(in.Batch, h.cfg.Source)
+	}
 	return eng, in, nil
 }
 
@@ -604,7 +606,8 @@ func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBat
 // brought the key or sequence columns missing yet.
 func (h *cdcHandler) withoutIdentity(in cdc.Input, dls []batch.DeadLetter, missing []string) []batch.DeadLetter {
 	for i, p := range in.Positions {
-		dls = append(dls, batch.DeadLetter{Source: p.Topic, Position: fmt.Sprintf("%d/%d", p.Partition, p.Offset), Reason: batch.ReasonMissingField,
+		src, pos := p.DeadLetterAt()
+		dls = append(dls, batch.DeadLetter{Source: src, Position: pos, Reason: batch.ReasonMissingField,
 			Error: fmt.Sprintf("field %q: missing, and it is a key or the sequence of flow %s (no message has had it yet)", missing[0], h.flow.Name), Payload: in.Payloads[i]})
 	}
 	return dls
