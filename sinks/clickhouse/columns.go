@@ -290,7 +290,7 @@ func typed[T any](col column, push func(v *batch.Vector, x T)) reader {
 func newReader(col column) reader {
 	switch col.storage {
 	case storeString:
-		if col.Type.Kind == batch.KindBytes || col.Type.Kind == batch.KindArray && col.Type.Elem == batch.KindBytes {
+		if col.Type.Scalar().Kind == batch.KindBytes {
 			return typed(col, func(v *batch.Vector, s string) { v.AppendBytes([]byte(s)) })
 		}
 		return typed(col, func(v *batch.Vector, s string) { v.AppendString(s) })

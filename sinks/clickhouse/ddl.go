@@ -172,7 +172,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 func columnDef(c batch.Column, f features, own bool) string {
 	if own {
 		def := chsql.Quote(c.Name) + " " + chType(c.Type, c.Nullable, f)
-		if c.Type.Kind == batch.KindBytes || c.Type.Kind == batch.KindArray && c.Type.Elem == batch.KindBytes {
+		if c.Type.Scalar().Kind == batch.KindBytes {
 			def += " COMMENT '" + bytesComment + "'"
 		}
 		return def
@@ -235,14 +235,10 @@ func validateTable(t sinks.Table) error {
 		if _, dup := seen[c.Name]; dup {
 			return fmt.Errorf("clickhouse: table %s: column %s is declared twice", t.Name, c.Name)
 		}
-		kind := c.Type.Kind
-		if kind == batch.KindArray {
-			kind = c.Type.Elem
-			if c.Nullable {
-				return fmt.Errorf("clickhouse: table %s: column %s: ClickHouse has no nullable arrays", t.Name, c.Name)
-			}
+		if c.Type.Kind == batch.KindArray && c.Nullable {
+			return fmt.Errorf("clickhouse: table %s: column %s: ClickHouse has no nullable arrays", t.Name, c.Name)
 		}
-		switch kind {
+		switch c.Type.Scalar().Kind {
 		case batch.KindString, batch.KindInt64, batch.KindFloat64, batch.KindBool, batch.KindTimestamp,
 			batch.KindDate, batch.KindBytes:
 		case batch.KindDecimal:

@@ -47,7 +47,7 @@ func (c column) comment() string {
 	switch {
 	case c.storage == storeMicros:
 		return timestampComment
-	case c.Type.Kind == batch.KindBytes || c.Type.Kind == batch.KindArray && c.Type.Elem == batch.KindBytes:
+	case c.Type.Scalar().Kind == batch.KindBytes:
 		return bytesComment
 	}
 	return ""
