@@ -3,6 +3,7 @@ package cdc
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,10 @@ const (
 	OpUpsert Op = iota
 	OpDelete
 	OpTruncate // SCD type 1 only: a table-wide barrier at the event's sequence
+	// OpTombstone deletes the key just after its newest sequence: a
+	// message with no value (a Kafka tombstone) carries no sequence of
+	// its own. See Input.Tombstones.
+	OpTombstone
 )
 
 func (o Op) String() string {
@@ -33,6 +38,8 @@ func (o Op) String() string {
 		return "delete"
 	case OpTruncate:
 		return "truncate"
+	case OpTombstone:
+		return "tombstone"
 	}
 	return "op(" + strconv.Itoa(int(o)) + ")"
 }
@@ -348,22 +355,25 @@ func newClassifier(deletes, truncates string, source batch.Schema, kafka, lenien
 // whose expression fails is an upsert here (the engine dead-letters it).
 // It compiles the expressions each call, so it is safe for concurrent use.
 func ClassifyOps(deletes, truncates string, source batch.Schema, kafka bool, in Input) ([]Op, error) {
-	if in.Ops != nil {
-		return in.Ops, nil
+	var ops []Op
+	switch {
+	case in.Ops != nil:
+		ops = slices.Clone(in.Ops)
+	case deletes == "" && truncates == "":
+		ops = make([]Op, in.Batch.Len())
+	default:
+		c, err := newClassifier(deletes, truncates, source, kafka, false)
+		if err != nil {
+			return nil, err
+		}
+		ops = make([]Op, in.Batch.Len())
+		errs := map[int]error{}
+		c.classify(in.Batch, in.Positions, in.Meta, ops, errs)
+		for i := range errs {
+			ops[i] = OpUpsert
+		}
 	}
-	ops := make([]Op, in.Batch.Len())
-	if deletes == "" && truncates == "" {
-		return ops, nil
-	}
-	c, err := newClassifier(deletes, truncates, source, kafka, false)
-	if err != nil {
-		return nil, err
-	}
-	errs := map[int]error{}
-	c.classify(in.Batch, in.Positions, in.Meta, ops, errs)
-	for i := range errs {
-		ops[i] = OpUpsert
-	}
+	in.markTombstones(ops, nil)
 	return ops, nil
 }
 

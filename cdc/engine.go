@@ -43,6 +43,23 @@ type Input struct {
 	// as ignore-null does with a null. Debezium's placeholder of a TOAST
 	// value is one.
 	Absent [][]bool
+	// Tombstones, when set, has one entry per row: true for a record that
+	// deletes its key just after the key's newest sequence, whatever Ops
+	// or the flow's expressions say (OpTombstone). Such a row needs only
+	// its key: its sequence columns are not read. A tombstone of a key
+	// with no state changes nothing.
+	Tombstones []bool
+}
+
+// markTombstones sets the operation of the tombstone rows, and forgets
+// what evaluating the flow's expressions over them failed with.
+func (in *Input) markTombstones(ops []Op, errs map[int]error) {
+	for i, t := range in.Tombstones {
+		if t {
+			ops[i] = OpTombstone
+			delete(errs, i)
+		}
+	}
 }
 
 // absent reports whether the record of row does not carry column col.
@@ -374,6 +391,7 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	case n > 0:
 		e.cls.classify(in.Batch, in.Positions, in.Meta, ops, errs)
 	}
+	in.markTombstones(ops, errs)
 
 	// Validate, encode keys and sequences.
 	refs := e.refs[:0]
@@ -398,15 +416,17 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 				continue
 			}
 		}
-		if col := e.nullSeq(i, in.Batch); col != "" {
+		if col := e.nullSeq(i, in.Batch); col != "" && op != OpTombstone {
 			if fail := a.deadLetter(i, batch.ReasonNullSequence, fmt.Errorf("sequence column %s is null", col)); fail != nil {
 				return nil, fail
 			}
 			continue
 		}
 		s0 := len(seqBuf)
-		for _, c := range e.p.seqSrc {
-			seqBuf = appendOrdered(seqBuf, in.Batch.Vectors[c], i)
+		if op != OpTombstone { // its sequence is resolved per key (applyKey)
+			for _, c := range e.p.seqSrc {
+				seqBuf = appendOrdered(seqBuf, in.Batch.Vectors[c], i)
+			}
 		}
 		switch op {
 		case OpTruncate:
@@ -414,7 +434,7 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 			truncs = append(truncs, Barrier{Seq: string(seqBuf[s0:]), Pos: in.Positions[i], Seen: in.Now.UTC()})
 			seqBuf = seqBuf[:s0]
 			continue
-		case OpDelete:
+		case OpDelete, OpTombstone:
 			a.out.Stats.Deletes++
 		default:
 			a.out.Stats.Upserts++
@@ -468,7 +488,8 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 			groups = append(groups, group{key: strings.Clone(keyStr[r.k0:r.k1])})
 			start = j
 		}
-		fresh = append(fresh, event{seq: seqStr[r.s0:r.s1], pos: pos[r.row], del: ops[r.row] == OpDelete, seen: a.now, row: r.row})
+		op := ops[r.row]
+		fresh = append(fresh, event{seq: seqStr[r.s0:r.s1], pos: pos[r.row], del: op == OpDelete || op == OpTombstone, tomb: op == OpTombstone, seen: a.now, row: r.row})
 		groups[len(groups)-1].fresh = fresh[start : j+1 : j+1]
 	}
 	e.fresh = fresh
@@ -620,6 +641,9 @@ func (e *Engine) checkInput(in Input) error {
 	}
 	if in.Payloads != nil && len(in.Payloads) != n {
 		return fmt.Errorf("cdc: flow %s: %d payloads for %d rows", e.cfg.Flow, len(in.Payloads), n)
+	}
+	if in.Tombstones != nil && len(in.Tombstones) != n {
+		return fmt.Errorf("cdc: flow %s: %d tombstone flags for %d rows", e.cfg.Flow, len(in.Tombstones), n)
 	}
 	return nil
 }
@@ -788,6 +812,9 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 	oldEv, remapped, err := a.bind(old)
 	if err != nil {
 		return fmt.Errorf("key %x: %w", key, err)
+	}
+	if len(fresh) > 0 && fresh[0].tomb {
+		fresh = a.resolveTombstones(oldEv, fresh)
 	}
 	if len(fresh) > 0 && len(oldEv) > 0 {
 		last := oldEv[len(oldEv)-1]

@@ -28,6 +28,7 @@ type event struct {
 	seq  string // ordered encoding of the sequence
 	pos  Position
 	del  bool
+	tomb bool    // a batch's tombstone whose sequence is not resolved yet
 	seen int64   // processing time first applied, µs since the epoch
 	vals []value // upserts: one per data column; nil until materialized
 	row  int32   // row in the current batch, -1 for a stored event

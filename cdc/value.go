@@ -245,19 +245,47 @@ func appendEscaped(buf []byte, s string) []byte {
 }
 
 // decodeOrdered splits an encoded sequence back into values of types ts.
+// The instant just after a sequence (justAfter) reads as the sequence.
 func decodeOrdered(ts []batch.Type, enc string) ([]value, error) {
+	out, rest, err := splitOrdered(ts, enc)
+	if err != nil {
+		return nil, err
+	}
+	if rest != "" && rest != afterMark {
+		return nil, errShortEncoding
+	}
+	return out, nil
+}
+
+// afterMark ends the encoding of the instant just after a sequence: the
+// least byte string greater than the sequence's encoding, and less than
+// every greater sequence's.
+const afterMark = "\x00"
+
+// justAfter returns the encoding of the instant just after the encoded
+// sequence seq, which may itself be such an instant.
+func justAfter(ts []batch.Type, seq string) string {
+	if _, rest, err := splitOrdered(ts, seq); err == nil && rest == afterMark {
+		return seq
+	}
+	return seq + afterMark
+}
+
+// splitOrdered decodes the values of types ts at the start of enc and
+// returns what follows them.
+func splitOrdered(ts []batch.Type, enc string) ([]value, string, error) {
 	out := make([]value, len(ts))
 	for j, t := range ts {
 		switch t.Kind {
 		case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
 			if len(enc) < 8 {
-				return nil, errShortEncoding
+				return nil, "", errShortEncoding
 			}
 			out[j] = value{k: vInt, i: int64(binary.BigEndian.Uint64([]byte(enc[:8])) ^ (1 << 63))}
 			enc = enc[8:]
 		case batch.KindDecimal:
 			if len(enc) < 16 {
-				return nil, errShortEncoding
+				return nil, "", errShortEncoding
 			}
 			hi := int64(binary.BigEndian.Uint64([]byte(enc[:8])) ^ (1 << 63))
 			lo := binary.BigEndian.Uint64([]byte(enc[8:16]))
@@ -268,7 +296,7 @@ func decodeOrdered(ts []batch.Type, enc string) ([]value, error) {
 			for {
 				k := strings.IndexByte(enc, 0)
 				if k < 0 || k+1 >= len(enc) {
-					return nil, errShortEncoding
+					return nil, "", errShortEncoding
 				}
 				sb.WriteString(enc[:k])
 				if enc[k+1] == 1 {
@@ -280,13 +308,10 @@ func decodeOrdered(ts []batch.Type, enc string) ([]value, error) {
 			}
 			out[j] = value{k: vStr, s: sb.String()}
 		default:
-			return nil, fmt.Errorf("%v is not a sequence type", t)
+			return nil, "", fmt.Errorf("%v is not a sequence type", t)
 		}
 	}
-	if enc != "" {
-		return nil, errShortEncoding
-	}
-	return out, nil
+	return out, enc, nil
 }
 
 var errShortEncoding = errors.New("malformed sequence encoding")

@@ -197,6 +197,8 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 			return nil, err
 		}
 		proto.SetUnavailable(f.Source.Kafka.Placeholder())
+		proto.SetTombstones(map[string]decode.Tombstones{spec.TombstonesDelete: decode.TombstoneDelete,
+			spec.TombstonesSkip: decode.TombstoneSkip, spec.TombstonesDeadLetter: decode.TombstoneDeadLetter}[f.Source.Kafka.TombstoneMode()])
 		h.debezium = true
 		h.pool.New = func() any { return proto.Clone() }
 		return h, nil
@@ -265,7 +267,8 @@ func (h *cdcHandler) applyRules(in cdcRecords, dls []batch.DeadLetter) (cdcRecor
 		return cdcRecords{}, nil, nil, err
 	}
 	out := cdcRecords{Input: cdc.Input{Batch: res.batch, Positions: pick(in.Positions, res.rows), Meta: pick(in.Meta, res.rows),
-		Payloads: pick(in.Payloads, res.rows), Ops: pick(in.Ops, res.rows), Absent: pickAbsent(in.Absent, res.rows)}, kids: in.kids}
+		Payloads: pick(in.Payloads, res.rows), Ops: pick(in.Ops, res.rows), Absent: pickAbsent(in.Absent, res.rows),
+		Tombstones: pick(in.Tombstones, res.rows)}, kids: in.kids}
 	if len(in.kids) > 0 && res.batch.Len() < in.Batch.Len() {
 		out.kids = keepChildren(res.batch, in.kids)
 	}
@@ -606,6 +609,9 @@ func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBat
 // brought the key or sequence columns missing yet.
 func (h *cdcHandler) withoutIdentity(in cdc.Input, dls []batch.DeadLetter, missing []string) []batch.DeadLetter {
 	for i, p := range in.Positions {
+		if in.Tombstones != nil && in.Tombstones[i] {
+			continue // the target has no row yet: it deletes nothing
+		}
 		src, pos := p.DeadLetterAt()
 		dls = append(dls, batch.DeadLetter{Source: src, Position: pos, Reason: batch.ReasonMissingField,
 			Error: fmt.Sprintf("field %q: missing, and it is a key or the sequence of flow %s (no message has had it yet)", missing[0], h.flow.Name), Payload: in.Payloads[i]})
@@ -624,8 +630,16 @@ func (h *cdcHandler) decodeDeclared(rb *consumer.RecordBatch) (cdc.Input, []batc
 		in.Batch = batch.New(dec.Schema(), n)
 		var from []int
 		in.Ops, from, dls = dec.DecodeAll(rb.Records, in.Batch, make([]cdc.Op, 0, n), make([]int, 0, n), nil)
+		for i, op := range in.Ops {
+			if op == cdc.OpTombstone {
+				if in.Tombstones == nil {
+					in.Tombstones = make([]bool, len(in.Ops))
+				}
+				in.Tombstones[i] = true
+			}
+		}
 		if h.flow.ApplyAsDeletes != "" || h.flow.ApplyAsTruncates != "" {
-			in.Ops = nil // the flow's expressions decide
+			in.Ops = nil // the flow's expressions decide, but for tombstones
 		}
 		for _, i := range from {
 			h.addRecord(&in, &rb.Records[i])
@@ -644,8 +658,25 @@ func (h *cdcHandler) decodeWith(dec *decode.JSON, rb *consumer.RecordBatch) (cdc
 	in := cdc.Input{Positions: make([]cdc.Position, 0, n), Meta: make([]cdc.RecordMeta, 0, n), Payloads: make([][]byte, 0, n)}
 	var dls []batch.DeadLetter
 	in.Batch = batch.New(dec.Schema(), n)
+	k := h.flow.Source.Kafka
+	tombs := k.TombstoneMode()
 	for i := range rb.Records {
 		rec := &rb.Records[i]
+		if rec.Value == nil && tombs != spec.TombstonesDeadLetter {
+			if tombs == spec.TombstonesSkip || !hasColumns(dec.Schema(), h.flow.Keys) {
+				continue // skipped, or no message has brought the keys: the target has no row
+			}
+			if err := dec.DecodeTombstone(rec, in.Batch, h.flow.Keys, k.KeyFormatOrDefault()); err != nil {
+				dls = append(dls, batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: err.Reason, Error: err.Error()})
+				continue
+			}
+			if in.Tombstones == nil {
+				in.Tombstones = make([]bool, in.Batch.Len()-1, n)
+			}
+			in.Tombstones = append(in.Tombstones, true)
+			h.addRecord(&in, rec)
+			continue
+		}
 		if err := dec.Decode(rec, in.Batch); err != nil {
 			d := batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonUndecodable, Error: err.Error(), Payload: rec.Value}
 			var de *decode.Error
@@ -655,9 +686,22 @@ func (h *cdcHandler) decodeWith(dec *decode.JSON, rb *consumer.RecordBatch) (cdc
 			dls = append(dls, d)
 			continue
 		}
+		if in.Tombstones != nil {
+			in.Tombstones = append(in.Tombstones, false)
+		}
 		h.addRecord(&in, rec)
 	}
 	return in, dls
+}
+
+// hasColumns reports whether every name is a column of s.
+func hasColumns(s batch.Schema, names []string) bool {
+	for _, n := range names {
+		if s.Index(n) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // addRecord records the position and metadata of a decoded row.

@@ -184,6 +184,12 @@ func mergeJoined(bs []*joinedBatch) (cdcRecords, []batch.DeadLetter, *batch.Batc
 		if b.in.Absent != nil {
 			out.Absent = mergeAbsent(out.Absent, b.in.Absent, out.Batch.Len(), n)
 		}
+		if b.in.Tombstones != nil {
+			if out.Tombstones == nil {
+				out.Tombstones = make([]bool, n)
+			}
+			copy(out.Tombstones[out.Batch.Len():], b.in.Tombstones)
+		}
 		out.Batch.AppendBatch(Project(b.in.Batch, schema))
 		out.Positions = append(out.Positions, b.in.Positions...)
 		out.Meta = append(out.Meta, b.in.Meta...)

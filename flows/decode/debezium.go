@@ -125,7 +125,24 @@ type dplan struct {
 	// did not capture; placeholder64 is its base64, as a bytes column has
 	// it. Empty: none.
 	placeholder, placeholder64 string
+	// tombstones (SetTombstones) is what a message with a key and a null
+	// value becomes.
+	tombstones Tombstones
 }
+
+// Tombstones says what a message with a null value (a Kafka tombstone)
+// becomes.
+type Tombstones uint8
+
+const (
+	TombstoneSkip       Tombstones = iota // nothing
+	TombstoneDelete                       // a row of its key, cdc.OpTombstone
+	TombstoneDeadLetter                   // an undecodable record
+)
+
+// SetTombstones says what a tombstone becomes; by default it is skipped.
+// Call it before Clone.
+func (d *Debezium) SetTombstones(t Tombstones) { d.tombstones = t }
 
 // Cell is a value of a decoded batch: its row and column.
 type Cell struct{ Row, Column int }
@@ -162,7 +179,11 @@ func (d *Debezium) Unavailable() []Cell {
 //	         schema/payload; a bare scalar for a single key column)
 //	t        a truncate on SCD type 1 (a row holding only the envelope and
 //	         metadata columns); unsupported_op on SCD type 2
-//	m        skipped, as is a message whose value is null (a tombstone)
+//	m        skipped
+//
+// A message whose value is null (a tombstone) is skipped, or as
+// SetTombstones says: a cdc.OpTombstone row holding the key columns of
+// the message key (as a delete without before has them), or a dead letter.
 //
 // A delete decodes key columns by the usual rules; a non-key column that is
 // missing or null holds NULL when nullable and its type's zero value
@@ -326,10 +347,11 @@ func (d *Debezium) check(out *batch.Batch) {
 type rowMode uint8
 
 const (
-	modeAfter    rowMode = iota // an upsert: every column from after
-	modeBefore                  // a delete: keys from before, the rest best effort
-	modeKey                     // a delete without before: keys from the message key
-	modeTruncate                // no data columns
+	modeAfter     rowMode = iota // an upsert: every column from after
+	modeBefore                   // a delete: keys from before, the rest best effort
+	modeKey                      // a delete without before: keys from the message key
+	modeTruncate                 // no data columns
+	modeTombstone                // keys from the message key, no envelope
 )
 
 func undecodable(msg string) *Error { return &Error{Reason: batch.ReasonUndecodable, Msg: msg} }
@@ -338,6 +360,22 @@ func undecodable(msg string) *Error { return &Error{Reason: batch.ReasonUndecoda
 // for a record that is skipped. On error out is left as it was.
 func (d *Debezium) decode(rec *batch.Record, out *batch.Batch) (op cdc.Op, ok bool, e *Error) {
 	if rec.Value == nil {
+		switch d.tombstones {
+		case TombstoneDelete:
+			if rec.Key == nil {
+				return 0, false, &Error{Reason: batch.ReasonMissingField, Msg: "the message is a tombstone (null value) without a message key to name the key it deletes"}
+			}
+			clear(d.dataInfo)
+			if e := d.pickKey(rec); e != nil {
+				return 0, false, e
+			}
+			if e := d.fill(rec, out, modeTombstone, "d"); e != nil {
+				return 0, false, e
+			}
+			return cdc.OpTombstone, true, nil
+		case TombstoneDeadLetter:
+			return 0, false, undecodable("the message is a tombstone (null value)")
+		}
 		return 0, false, nil
 	}
 	v, err := d.parser.ParseBytes(rec.Value)
@@ -523,10 +561,14 @@ func (d *Debezium) fill(rec *batch.Record, out *batch.Batch, mode rowMode, opNam
 			e = d.js.meta(&c.column, rec, vec)
 		case dOp:
 			vec.AppendString(opName)
-		case dTsMs:
-			e = d.value(&c.column, d.env.vals[envTsMs], &noInfo, vec)
-		case dSource:
-			e = d.value(&c.column, d.src.vals[c.slot], &d.srcInfo[c.slot], vec)
+		case dTsMs, dSource:
+			if mode == modeTombstone {
+				appendZero(&c.column, vec)
+			} else if c.kind == dTsMs {
+				e = d.value(&c.column, d.env.vals[envTsMs], &noInfo, vec)
+			} else {
+				e = d.value(&c.column, d.src.vals[c.slot], &d.srcInfo[c.slot], vec)
+			}
 		case dData:
 			if mode == modeAfter && d.unavailable(c, vec) {
 				d.unavail = append(d.unavail, Cell{Row: n, Column: i})
@@ -586,7 +628,7 @@ func (d *Debezium) dataValue(c *dcol, mode rowMode, vec *batch.Vector) *Error {
 		if c.key || (val != nil && val.Type() != fastjson.TypeNull) {
 			return d.value(&c.column, val, info, vec)
 		}
-	case modeKey:
+	case modeKey, modeTombstone:
 		if c.key {
 			val := d.keyData.vals[c.slot]
 			if val == nil || val.Type() == fastjson.TypeNull {

@@ -150,6 +150,7 @@ func TestDebeziumOps(t *testing.T) {
 		value   *string // nil: a tombstone
 		key     *string
 		scd2    bool
+		tombs   Tombstones
 		want    string // the row, when one is appended
 		op      cdc.Op
 		skipped bool
@@ -186,6 +187,12 @@ func TestDebeziumOps(t *testing.T) {
 		{name: "message skipped", value: ptr(`{"op":"m","ts_ms":1700000000500,"source":` + dbzSource + `,"message":{"prefix":"p","content":"aGk="}}`), skipped: true},
 		{name: "message with schema skipped", value: ptr(wrap(`{"type":"struct"}`, `{"op":"m"}`)), skipped: true},
 		{name: "tombstone skipped", key: ptr(`{"id":1}`), skipped: true},
+		{name: "tombstone deletes its key", key: ptr(`{"id":1}`), tombs: TombstoneDelete, want: "1,NULL,,NULL,NULL,NULL,d,0,0,NULL,7", op: cdc.OpTombstone},
+		{name: "tombstone of a key with schema", key: ptr(`{"schema":{"type":"struct","fields":[{"type":"int64","optional":false,"field":"id"}]},"payload":{"id":9}}`),
+			tombs: TombstoneDelete, scd2: true, want: "9,NULL,,NULL,NULL,NULL,d,0,0,NULL,7", op: cdc.OpTombstone},
+		{name: "tombstone without a key", tombs: TombstoneDelete, reason: batch.ReasonMissingField, errText: "without a message key"},
+		{name: "tombstone with a bad key", key: ptr(`{"id":"x"}`), tombs: TombstoneDelete, reason: batch.ReasonTypeMismatch, errText: `field "id": "x" is not an int64`},
+		{name: "tombstone as a dead letter", key: ptr(`{"id":1}`), tombs: TombstoneDeadLetter, reason: batch.ReasonUndecodable, errText: "the message is a tombstone"},
 		{name: "JSON null skipped", value: ptr(`null`), skipped: true},
 		{name: "null payload skipped", value: ptr(`{"schema":null,"payload":null}`), skipped: true},
 
@@ -220,13 +227,15 @@ func TestDebeziumOps(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := decodeOne(t, mustDebezium(t, dbzSchema(), tc.scd2), tc.value, tc.key)
+			d := mustDebezium(t, dbzSchema(), tc.scd2)
+			d.SetTombstones(tc.tombs)
+			r := decodeOne(t, d, tc.value, tc.key)
 			switch {
 			case tc.reason != "":
 				if len(r.dls) != 1 || r.dls[0].Reason != tc.reason || !strings.Contains(r.dls[0].Error, tc.errText) {
 					t.Fatalf("got rows %q, dead letters %+v; want reason %s with %q", r.rows, r.dls, tc.reason, tc.errText)
 				}
-				if r.dls[0].Position != "0/7" || r.dls[0].Source != "shop.public.customers" || string(r.dls[0].Payload) != *tc.value {
+				if r.dls[0].Position != "0/7" || r.dls[0].Source != "shop.public.customers" || (tc.value != nil && string(r.dls[0].Payload) != *tc.value) {
 					t.Errorf("dead letter %+v does not carry the record", r.dls[0])
 				}
 			case tc.skipped:

@@ -366,6 +366,39 @@ type KafkaSource struct {
 	// such a column keeps its previous value. Default
 	// DefaultUnavailablePlaceholder.
 	UnavailableValuePlaceholder string `yaml:"unavailable_value_placeholder" json:",omitempty"`
+	// Tombstones (auto_cdc flows) is what a message with a null value
+	// becomes: TombstonesDelete, TombstonesSkip or TombstonesDeadLetter.
+	// Default delete for format debezium, dead_letter for json.
+	Tombstones string `yaml:"tombstones" json:",omitempty"`
+	// KeyFormat is how a tombstone's message key names the key it deletes:
+	// json (default) or string (the text of the flow's one key column).
+	KeyFormat string `yaml:"key_format" json:",omitempty"`
+}
+
+// What a tombstone (a message with a null value) becomes.
+const (
+	TombstonesDelete     = "delete"      // the key its message key names is deleted
+	TombstonesSkip       = "skip"        // nothing
+	TombstonesDeadLetter = "dead_letter" // a dead letter, reason undecodable
+)
+
+// TombstoneMode returns what the source's tombstones become.
+func (k *KafkaSource) TombstoneMode() string {
+	switch {
+	case k.Tombstones != "":
+		return k.Tombstones
+	case k.Format == FormatDebezium:
+		return TombstonesDelete
+	}
+	return TombstonesDeadLetter
+}
+
+// KeyFormatOrDefault returns the format of the source's message keys.
+func (k *KafkaSource) KeyFormatOrDefault() string {
+	if k.KeyFormat != "" {
+		return k.KeyFormat
+	}
+	return "json"
 }
 
 // DefaultUnavailablePlaceholder is Debezium's default

@@ -620,6 +620,7 @@ func (c *checker) source(i int, f *Flow, kindOK bool, target *Table) {
 		if k.UnavailableValuePlaceholder != "" && k.Format != FormatDebezium {
 			c.add(sp+".unavailable_value_placeholder", "applies to format debezium: the text Debezium puts in a value it did not capture")
 		}
+		c.tombstones(path, sp, f, k)
 		c.columns(sp+".columns", k.Columns)
 	case s.Files != nil:
 		c.filesLike(sp, s.Files.Path, s.Files.Format, s.Files.Columns, false)
@@ -1321,4 +1322,41 @@ func compile(src string, env map[string]any, asBool bool) error {
 	}
 	msg, _, _ := strings.Cut(err.Error(), "\n")
 	return fmt.Errorf("expression %q: %s", src, msg)
+}
+
+// tombstones checks what a Kafka source's tombstones become, and how
+// their message keys name the key they delete.
+func (c *checker) tombstones(path, sp string, f *Flow, k *KafkaSource) {
+	switch k.Tombstones {
+	case "", TombstonesDelete, TombstonesSkip, TombstonesDeadLetter:
+	default:
+		c.add(sp+".tombstones", "unknown %q: delete, skip or dead_letter", k.Tombstones)
+		return
+	}
+	if k.Tombstones != "" && f.Kind != KindAutoCDC {
+		c.add(sp+".tombstones", "applies to auto_cdc flows: a tombstone deletes a key of a CDC target (an append flow's tombstones are dead letters)")
+		return
+	}
+	switch k.KeyFormat {
+	case "", "json":
+	case "string":
+		if k.Format == FormatDebezium {
+			c.add(sp+".key_format", "a Debezium message key is a JSON object of the key columns: leave key_format unset")
+		} else if len(f.Keys) != 1 {
+			c.add(sp+".key_format", "string names one key column, and flow %s has %d keys: use json", f.Name, len(f.Keys))
+		}
+	default:
+		c.add(sp+".key_format", "unknown %q: json or string", k.KeyFormat)
+	}
+	if f.Kind != KindAutoCDC || k.TombstoneMode() != TombstonesDelete {
+		if k.KeyFormat != "" {
+			c.add(sp+".key_format", "applies when tombstones: delete: it says how a tombstone's message key names the key it deletes")
+		}
+		return
+	}
+	for j, key := range f.Keys {
+		if slices.ContainsFunc(f.ComputedColumns, func(cc ComputedColumn) bool { return cc.Name == key }) {
+			c.add(indexPath(strings.TrimSuffix(path, ".source")+".keys", j), "key %s is a computed column, which a tombstone's message key cannot give: set tombstones: dead_letter or skip", key)
+		}
+	}
 }

@@ -444,6 +444,59 @@ destination:
     kind: append
     source: {kafka: {format: avro, columns: [{name: id, type: int64}]}} #! flows[1].source.kafka.topic: required #! flows[1].source.kafka.format: unknown kafka format
 `},
+		{"tombstones", header + tableT + `  - name: u
+  - name: w
+  - name: x
+flows:
+  - name: f
+    target: t
+    kind: append
+    source: {kafka: {topic: a, tombstones: skip, columns: [{name: id, type: int64}]}} #! flows[0].source.kafka.tombstones: applies to auto_cdc flows
+  - name: g
+    target: u
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: a
+        tombstones: forget #! flows[1].source.kafka.tombstones: unknown "forget": delete, skip or dead_letter
+        columns: [{name: id, type: int64}, {name: id2, type: int64}, {name: seq, type: int64}]
+    keys: [id, id2]
+    sequence_by: seq
+  - name: h
+    target: x
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: a
+        tombstones: delete
+        key_format: string #! flows[2].source.kafka.key_format: string names one key column, and flow h has 2 keys: use json
+        columns: [{name: id, type: int64}, {name: seq, type: int64}]
+    keys: [id, k] #! flows[2].keys[1]: key k is a computed column, which a tombstone's message key cannot give: set tombstones: dead_letter or skip
+    sequence_by: seq
+    computed_columns:
+      - {name: k, type: int64, expr: "id * 2"}
+  - name: i
+    target: w
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: a
+        key_format: json #! flows[3].source.kafka.key_format: applies when tombstones: delete
+        columns: [{name: id, type: int64}, {name: seq, type: int64}]
+    keys: [id]
+    sequence_by: seq
+  - name: j
+    target: w
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: a
+        format: debezium
+        key_format: string #! flows[4].source.kafka.key_format: a Debezium message key is a JSON object
+        columns: [{name: id, type: int64}, {name: seq, type: int64}]
+    keys: [id]
+    sequence_by: seq
+`},
 		{"file formats", header + tableT + `flows:
   - name: f
     target: t

@@ -1,0 +1,71 @@
+package cdc
+
+import "slices"
+
+// A tombstone (a Kafka message with a key and no value) carries no
+// sequence: it deletes its key just after the key's newest sequence when
+// it arrives, the newest among the key's state and the events of its batch
+// that precede it in its partition (events of other partitions and flows
+// count as preceding it). Just after S (justAfter) is greater than S and
+// less than every sequence greater than S, so the tombstone wins the tie
+// with the key's newest change, an event at S arriving later is older than
+// it, and any newer event wins over it. On SCD type 2 the version it
+// closes ends there, and __END_AT reads S. A tombstone of a key with no
+// event changes nothing, and so does one delivered again: the key's state
+// holds it, or an event that follows it in its partition.
+
+// resolveTombstones gives the tombstones of a key's batch events (first
+// in fresh: their sequence is empty) their sequence over the stored events
+// old, drops those that change nothing, and returns the events in (seq,
+// position) order again.
+func (a *applyCtx) resolveTombstones(old, fresh []event) []event {
+	t := 0
+	for t < len(fresh) && fresh[t].tomb {
+		t++
+	}
+	tombs := slices.Clone(fresh[:t]) // by position: their sequences tie
+	rest := fresh[t:]
+	kept := fresh[:0]
+	for _, tb := range tombs {
+		seq, applied := "", false
+		for i := range old {
+			if old[i].pos == tb.pos || follows(old[i].pos, tb.pos) {
+				applied = true
+				break
+			}
+			seq = max(seq, old[i].seq)
+		}
+		if applied {
+			continue
+		}
+		for i := range rest {
+			if !follows(rest[i].pos, tb.pos) {
+				seq = max(seq, rest[i].seq)
+			}
+		}
+		for i := range kept { // the tombstones before it
+			seq = max(seq, kept[i].seq)
+		}
+		if seq == "" {
+			continue
+		}
+		tb.seq, tb.tomb = justAfter(a.p.seqTypes, seq), false
+		kept = append(kept, tb)
+	}
+	out := append(kept, rest...) // rest starts at or after kept's end
+	slices.SortFunc(out, func(x, y event) int {
+		if x.seq != y.seq {
+			if x.seq < y.seq {
+				return -1
+			}
+			return 1
+		}
+		return x.pos.Compare(y.pos)
+	})
+	return out
+}
+
+// follows reports whether p comes after q in q's partition.
+func follows(p, q Position) bool {
+	return p.Flow == q.Flow && p.Topic == q.Topic && p.Partition == q.Partition && p.File == q.File && p.Offset > q.Offset
+}

@@ -1,0 +1,104 @@
+package cdc
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TB is a tombstone of key id: the key and nothing else.
+func TB(id int) []any { return []any{id, nil, nil, nil} }
+
+// applyTombstones applies rows as one batch of flow, at offsets from off,
+// the rows that are TB tombstones.
+func (h *harness) applyTombstones(flow string, off int64, rows [][]any) *Output {
+	h.t.Helper()
+	b := mkBatch(h.cfgs[flow].Source, rows)
+	pos := make([]Position, len(rows))
+	tombs := make([]bool, len(rows))
+	for i, r := range rows {
+		pos[i] = Position{Flow: flow, Topic: "topic", Offset: off + int64(i)}
+		tombs[i] = r[1] == nil && r[2] == nil && r[3] == nil
+	}
+	h.now = h.now.Add(time.Minute)
+	out, err := h.engines[flow].Apply(context.Background(), Input{Batch: b, Positions: pos, Now: h.now, Tombstones: tombs})
+	if err != nil {
+		h.t.Fatalf("Apply: %v", err)
+	}
+	h.commit(out)
+	return out
+}
+
+func TestTombstones(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scd2    bool
+		batches [][][]any // each at the offsets after the previous ones
+		want    []string
+	}{
+		{name: "deletes the key", batches: [][][]any{{U(1, "a", 5), U(2, "x", 1)}, {TB(1)}}, want: []string{"(2,x)"}},
+		{name: "in the batch of the change", batches: [][][]any{{U(1, "a", 5), TB(1)}}},
+		{name: "wins the tie with a change at the same sequence arriving later",
+			batches: [][][]any{{U(1, "a", 5)}, {TB(1)}, {U(1, "b", 5)}}},
+		{name: "a newer change wins", batches: [][][]any{{U(1, "a", 5), TB(1), U(1, "b", 6)}}, want: []string{"(1,b)"}},
+		{name: "an older change later is suppressed", batches: [][][]any{{U(1, "a", 5)}, {TB(1)}, {U(1, "b", 4)}}},
+		{name: "before the key's first change", batches: [][][]any{{TB(1), U(1, "a", 5)}}, want: []string{"(1,a)"}},
+		{name: "of a key never seen", batches: [][][]any{{U(2, "x", 1)}, {TB(1)}, {U(1, "a", 1)}}, want: []string{"(1,a)", "(2,x)"}},
+		{name: "after a delete", batches: [][][]any{{U(1, "a", 5), D(1, 7)}, {TB(1)}, {U(1, "b", 6)}}},
+		{name: "after a newer change of another key", batches: [][][]any{{U(1, "a", 5), U(2, "x", 9), TB(1)}}, want: []string{"(2,x)"}},
+
+		{name: "closes the current version at its newest sequence", scd2: true,
+			batches: [][][]any{{U(1, "a", 1), U(1, "b", 5)}, {TB(1)}}, want: []string{"(1,a,1,5)", "(1,b,5,5)"}},
+		{name: "closes a coalesced version", scd2: true,
+			batches: [][][]any{{U(1, "a", 1), U(1, "a", 5), TB(1)}}, want: []string{"(1,a,1,5)"}},
+		{name: "after a delete changes nothing", scd2: true,
+			batches: [][][]any{{U(1, "a", 1), D(1, 5)}, {TB(1)}}, want: []string{"(1,a,1,5)"}},
+		{name: "re-insert after it", scd2: true,
+			batches: [][][]any{{U(1, "a", 1), TB(1), U(1, "b", 3)}}, want: []string{"(1,a,1,1)", "(1,b,3,∞)"}},
+		{name: "a change at the same sequence later stays in the closed version", scd2: true,
+			batches: [][][]any{{U(1, "a", 1)}, {TB(1)}, {U(1, "b", 1)}}, want: []string{"(1,b,1,1)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := f1("f")
+			if tc.scd2 {
+				cfg = f2("f")
+			}
+			h := newHarness(t, cfg)
+			var off int64
+			for _, b := range tc.batches {
+				h.applyTombstones("f", off, b)
+				off += int64(len(b))
+			}
+			want := tc.want
+			if want == nil {
+				want = []string{}
+			}
+			if diff := cmp.Diff(want, h.target.content()); diff != "" {
+				t.Errorf("table (-want +got):\n%s", diff)
+			}
+			// Every batch delivered again, after a restart, changes nothing.
+			h.restart()
+			off = 0
+			for i, b := range tc.batches {
+				out := h.applyTombstones("f", off, b)
+				off += int64(len(b))
+				if n := out.Upserts.Len() + out.Deletes.Len() + len(out.States); n != 0 {
+					t.Errorf("batch %d again: %d rows, %d removed, %d states", i+1, out.Upserts.Len(), out.Deletes.Len(), len(out.States))
+				}
+			}
+		})
+	}
+}
+
+func TestTombstoneOfUnknownKeyWritesNothing(t *testing.T) {
+	h := newHarness(t, f1("f"))
+	out := h.applyTombstones("f", 0, [][]any{TB(1)})
+	if len(out.States)+out.Upserts.Len()+out.Deletes.Len() != 0 || len(out.DeadLetters) != 0 {
+		t.Fatalf("states %d, rows %d, removed %d, dead letters %v", len(out.States), out.Upserts.Len(), out.Deletes.Len(), out.DeadLetters)
+	}
+	if out.Stats.Deletes != 1 {
+		t.Errorf("deletes counted %d, want 1", out.Stats.Deletes)
+	}
+}
