@@ -78,6 +78,30 @@ func ParseValue(text string, t batch.Type) (Value, error) {
 	return v, nil
 }
 
+// ValueAt returns row i of vec as a Value of vec's type.
+func ValueAt(vec *batch.Vector, i int) Value {
+	v := Value{Type: vec.Type}
+	if vec.IsNull(i) {
+		v.Null = true
+		return v
+	}
+	switch vec.Type.Kind {
+	case batch.KindInt64, batch.KindDate, batch.KindTimestamp:
+		v.Int = vec.Ints[i]
+	case batch.KindFloat64:
+		v.Float = vec.Floats[i]
+	case batch.KindBool:
+		v.Bool = vec.Bools[i]
+	case batch.KindDecimal:
+		v.Dec = vec.Decs[i]
+	case batch.KindString:
+		v.Str = vec.Strs[i]
+	case batch.KindBytes:
+		v.Str = string(vec.Bytes[i])
+	}
+	return v
+}
+
 // NullValue returns the NULL of type t.
 func NullValue(t batch.Type) Value { return Value{Type: t, Null: true} }
 

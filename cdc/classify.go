@@ -28,6 +28,10 @@ const (
 	// message with no value (a Kafka tombstone) carries no sequence of
 	// its own. See Input.Tombstones.
 	OpTombstone
+	// OpSnapshot (SCD type 2, a Config.Snapshot flow) is a snapshot at the
+	// event's sequence V: every key the snapshot does not hold is deleted
+	// at V, also those first seen later (TableState.Snapshots).
+	OpSnapshot
 )
 
 func (o Op) String() string {
@@ -40,6 +44,8 @@ func (o Op) String() string {
 		return "truncate"
 	case OpTombstone:
 		return "tombstone"
+	case OpSnapshot:
+		return "snapshot"
 	}
 	return "op(" + strconv.Itoa(int(o)) + ")"
 }

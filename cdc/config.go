@@ -69,6 +69,11 @@ type Config struct {
 	// history (SCD type 2) or is ignored (SCD type 1), and Output.CutOvers
 	// reports it.
 	ReplayFlows []string
+	// Snapshot is set for a flow that applies snapshots (the flow's
+	// events are a snapshot's rows, at its version). On SCD type 2 its
+	// OpSnapshot events are table-wide barriers, and its upserts mark their
+	// key present in the snapshot (see TableState.Snapshots).
+	Snapshot bool
 	// FailOnError is on_error: fail: an event with a null key or sequence,
 	// or whose expression cannot be evaluated, makes Apply return an
 	// *EventError instead of a dead letter.

@@ -396,7 +396,7 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	// Validate, encode keys and sequences.
 	refs := e.refs[:0]
 	keyBuf, seqBuf := e.keyBuf[:0], e.seqBuf[:0]
-	var truncs []Barrier
+	var truncs, snaps []Barrier
 	for i := range n {
 		if err := errs[i]; err != nil {
 			if fail := a.deadLetter(i, ReasonExpression, err); fail != nil {
@@ -408,7 +408,10 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 		if op == OpTruncate && e.p.scd2 {
 			return nil, fmt.Errorf("cdc: flow %s: a truncate at %s on an SCD type 2 table", e.cfg.Flow, in.Positions[i])
 		}
-		if op != OpTruncate {
+		if op == OpSnapshot && (!e.p.scd2 || !e.cfg.Snapshot) {
+			return nil, fmt.Errorf("cdc: flow %s: a snapshot barrier at %s, which only a snapshot flow of an SCD type 2 table applies", e.cfg.Flow, in.Positions[i])
+		}
+		if op != OpTruncate && op != OpSnapshot {
 			if col := e.nullKey(i, in.Batch); col != "" {
 				if fail := a.deadLetter(i, batch.ReasonNullKey, fmt.Errorf("key column %s is null", col)); fail != nil {
 					return nil, fail
@@ -432,6 +435,10 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 		case OpTruncate:
 			a.out.Stats.Truncates++
 			truncs = append(truncs, Barrier{Seq: string(seqBuf[s0:]), Pos: in.Positions[i], Seen: in.Now.UTC()})
+			seqBuf = seqBuf[:s0]
+			continue
+		case OpSnapshot:
+			snaps = append(snaps, Barrier{Seq: string(seqBuf[s0:]), Pos: in.Positions[i], Seen: in.Now.UTC()})
 			seqBuf = seqBuf[:s0]
 			continue
 		case OpDelete, OpTombstone:
@@ -482,14 +489,16 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	if cap(fresh) < len(refs) {
 		fresh = make([]event, 0, len(refs)) // never grown below: groups share it
 	}
-	start := 0 // of the current key's events
+	start := 0                          // of the current key's events
+	marks := e.cfg.Snapshot && e.p.scd2 // upserts mark their key present in the snapshot
 	for j, r := range refs {
 		if newKey(j) {
 			groups = append(groups, group{key: strings.Clone(keyStr[r.k0:r.k1])})
 			start = j
 		}
 		op := ops[r.row]
-		fresh = append(fresh, event{seq: seqStr[r.s0:r.s1], pos: pos[r.row], del: op == OpDelete || op == OpTombstone, tomb: op == OpTombstone, seen: a.now, row: r.row})
+		fresh = append(fresh, event{seq: seqStr[r.s0:r.s1], pos: pos[r.row], del: op == OpDelete || op == OpTombstone, tomb: op == OpTombstone,
+			snap: marks && op == OpUpsert, seen: a.now, row: r.row})
 		groups[len(groups)-1].fresh = fresh[start : j+1 : j+1]
 	}
 	e.fresh = fresh
@@ -516,10 +525,17 @@ func (e *Engine) apply(ctx context.Context, in Input, extra []string, refresh bo
 	if len(truncs) > 0 {
 		newB = e.mergeBarriers(oldB, truncs, a.now)
 		if !equalBarriers(oldB, newB) {
-			a.out.Table = &TableState{Truncates: newB}
+			a.out.Table = &TableState{Truncates: newB, Snapshots: table.Snapshots}
 			// A truncate older than what a key already holds changes the
 			// values ignore-null kept, which no barrier rule can remove.
 			a.out.Refresh = e.p.anyElig
+		}
+	}
+	a.snaps = table.Snapshots
+	if len(snaps) > 0 {
+		if merged := e.mergeSnapshots(table.Snapshots, snaps, a.now); !equalBarriers(merged, table.Snapshots) {
+			a.snaps = merged
+			a.out.Table = &TableState{Truncates: newB, Snapshots: merged}
 		}
 	}
 	a.out.Upserts = e.newRows(len(groups))
@@ -584,6 +600,7 @@ func (e *Engine) applyKeys(a *applyCtx, groups []group, states []*KeyState, oldB
 		if i > 0 {
 			out := &Output{Upserts: e.newRows(hi - lo), Deletes: e.newRows(0), States: make([]KeyChange, 0, hi-lo)}
 			parts[i] = e.newApplyCtx(a.in, a.now, a.refresh, out, i)
+			parts[i].snaps = a.snaps
 		}
 		wg.Go(func() { errs[i] = run(parts[i], groups[lo:hi], states[lo:hi]) })
 	}
@@ -681,6 +698,9 @@ type applyCtx struct {
 	// refresh is set by Refresh: SCD type 1 rows are written whether or
 	// not they changed.
 	refresh bool
+	// snaps are the table's snapshot barriers (TableState.Snapshots) this
+	// apply reads, with those it adds.
+	snaps []Barrier
 
 	states []KeyState // where newState takes the Output's states from
 	// reuse, when its offs are set, is the encoding of the key's stored
@@ -830,6 +850,7 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 	}
 	var kept []event
 	if a.p.scd2 {
+		fresh = a.snapshotDeletes(oldEv, fresh)
 		kept = a.compact2(a.merge(a.expire2(oldEv), fresh))
 	} else {
 		kept = a.compact1(a.merge(a.expire1(oldEv, newB), fresh), newB)
@@ -957,7 +978,10 @@ func (a *applyCtx) merge(old, fresh []event) []event {
 			*last = ev
 		case last.del:
 		default:
-			*last = ev // sorted by position: ev is greater
+			// Sorted by position: ev is greater. The key stays present in
+			// the snapshot the replaced upsert came from.
+			ev.snap = ev.snap || last.snap
+			*last = ev
 		}
 	}
 	a.merged = out

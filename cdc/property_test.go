@@ -429,6 +429,91 @@ func TestPropertySCD2(t *testing.T) { rapid.Check(t, checkProperty(true, true)) 
 func TestPropertySCD1Ties(t *testing.T) { rapid.Check(t, checkProperty(false, false)) }
 func TestPropertySCD2Ties(t *testing.T) { rapid.Check(t, checkProperty(true, false)) }
 
+// Snapshots (SN1): an SCD type 2 snapshot at V is an upsert at V of each
+// key it holds and a delete at V of every other key, also of keys first
+// seen after it was applied. Up to two snapshots, applied in version order
+// at drawn points of the CDC stream, give the table the oracle gives their
+// events mixed with the CDC flows'; the snapshot flow "a" orders before
+// them, so that their upserts at a snapshot's version win the tie.
+func TestPropertySCD2Snapshots(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := variant{scd2: true, track: rapid.IntRange(0, 2).Draw(t, "track")}
+		evs := drawEvents(t, v, rapid.Bool().Draw(t, "distinct"))
+		type snapshot struct {
+			v    int
+			rows [][]any
+		}
+		names := []*string{nil, strp("a"), strp("b")}
+		var snaps []snapshot
+		all := slices.Clone(evs)
+		for i, sv := range rapid.SliceOfNDistinct(rapid.IntRange(1, 16), 0, 2, rapid.ID[int]).Draw(t, "versions") {
+			snaps = append(snaps, snapshot{v: sv})
+			_ = i
+		}
+		slices.SortFunc(snaps, func(a, b snapshot) int { return cmp.Compare(a.v, b.v) })
+		var off int64
+		for i := range snaps {
+			s := &snaps[i]
+			for key := 1; key <= 4; key++ {
+				e := pev{key: key, seq: s.v, op: "D", flow: "a", off: off}
+				off++
+				if rapid.Bool().Draw(t, "held") {
+					e.op, e.name, e.city = "U", rapid.SampledFrom(names).Draw(t, "name"), rapid.SampledFrom(names).Draw(t, "city")
+					s.rows = append(s.rows, e.row())
+				}
+				all = append(all, e)
+			}
+		}
+		want := oracle2(v, all)
+
+		snap := v.config("a")
+		snap.ApplyAsDeletes, snap.Snapshot = "", true
+		h := newHarness(t, snap, v.config("f"), v.config("g"))
+		h.cacheBytes = rapid.SampledFrom([]int64{0, 600, 1 << 20}).Draw(t, "cache")
+		h.restart()
+		order := rapid.Permutation(evs).Draw(t, "order")
+		at := make([]int, len(snaps)) // how many CDC events precede each snapshot
+		for i := range at {
+			at[i] = rapid.IntRange(0, len(order)).Draw(t, "at")
+		}
+		slices.Sort(at)
+		done := 0
+		for i, s := range snaps {
+			for done < at[i] {
+				n := rapid.IntRange(1, at[i]-done).Draw(t, "batch")
+				applyEvents(h, order[done:done+n])
+				done += n
+			}
+			h.now = h.now.Add(time.Second)
+			h.applySnapshot("a", s.v, s.rows...)
+			if rapid.Bool().Draw(t, "restart") {
+				h.restart()
+			}
+		}
+		for done < len(order) {
+			n := rapid.IntRange(1, len(order)-done).Draw(t, "batch")
+			applyEvents(h, order[done:done+n])
+			done += n
+		}
+		if diff := gocmp.Diff(want, h.target.content()); diff != "" {
+			t.Fatalf("table (-oracle +engine):\n%s", diff)
+		}
+		checkIntervals(t, h)
+		// The CDC events again change nothing.
+		h.restart()
+		for _, e := range evs {
+			out, err := h.engines[e.flow].Apply(t.Context(), Input{Batch: mkBatch(propSource, [][]any{e.row()}), Positions: []Position{e.pos()}, Now: h.now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Upserts.Len()+out.Deletes.Len() != 0 {
+				t.Fatalf("replay of %+v changed %d rows, removed %d", e, out.Upserts.Len(), out.Deletes.Len())
+			}
+			h.commit(out)
+		}
+	})
+}
+
 // Forgetting (tombstones and coalesced members after the retention) never
 // changes a row, and only ever affects events later than the retention:
 // delivered in sequence order, with a retention shorter than every pause,
@@ -479,7 +564,7 @@ func TestPropertyForgetting(t *testing.T) {
 // checkIntervals asserts the shape of an SCD type 2 table's history,
 // independently of the oracle: per key, versions have positive width, never
 // overlap, and only the last one may be current.
-func checkIntervals(t *rapid.T, h *harness) {
+func checkIntervals(t tb, h *harness) {
 	sch := h.engines["f"].Schema()
 	si, ei := sch.Index(StartAtColumn), sch.Index(EndAtColumn)
 	if si < 0 || ei < 0 {

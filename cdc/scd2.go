@@ -145,7 +145,7 @@ func (a *applyCtx) expire2(evs []event) []event {
 	}
 	for _, v := range vers {
 		for j := v.first + 1; j < v.last; j++ {
-			if !a.expired(&m[j]) {
+			if !a.expired(&m[j]) || a.atSnapshot(&m[j]) {
 				continue
 			}
 			drop[j] = true

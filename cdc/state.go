@@ -29,6 +29,7 @@ type event struct {
 	pos  Position
 	del  bool
 	tomb bool    // a batch's tombstone whose sequence is not resolved yet
+	snap bool    // SCD type 2: an upsert of a snapshot's row, or one that replaced it
 	seen int64   // processing time first applied, µs since the epoch
 	vals []value // upserts: one per data column; nil until materialized
 	row  int32   // row in the current batch, -1 for a stored event
@@ -73,6 +74,13 @@ type TableState struct {
 	// of keys an Output does not mention when the newest barrier is new,
 	// and the engine applies the barriers to every key state it reads.
 	Truncates []Barrier
+	// Snapshots are the versions SCD type 2 snapshots were applied at,
+	// in sequence order: the newest always, older ones until
+	// tombstone_retention has passed. A snapshot at V deletes at V every
+	// key it does not hold: the keys the target held when it was applied
+	// get a delete then; any other key that has an upsert older than V
+	// gets one when its key is next applied (see Engine, snapshot barriers).
+	Snapshots []Barrier
 }
 
 // Newest returns the newest truncate, or nil.
@@ -104,7 +112,7 @@ func equalBarriers(a, b []Barrier) bool { return slices.EqualFunc(a, b, Barrier.
 // words) still decode.
 const (
 	keyStateVersion   = 2
-	tableStateVersion = 1
+	tableStateVersion = 2
 )
 
 // encDec64 tags, in a version 2 key state, a decimal whose high word is the
@@ -195,9 +203,12 @@ func appendStateReusing(buf []byte, cols []string, events []event, scratch *[]st
 	}
 	for i := n; i < len(events); i++ {
 		e := &events[i]
-		if e.del {
+		switch {
+		case e.del:
 			buf = append(buf, 1)
-		} else {
+		case e.snap:
+			buf = append(buf, 2)
+		default:
 			buf = append(buf, 0)
 		}
 		buf = appendString(buf, e.seq)
@@ -344,6 +355,8 @@ func decodeState(data string, like []string, events []event, slab []value, scrat
 		case 0:
 		case 1:
 			e.del = true
+		case 2:
+			e.snap = true
 		default:
 			r.fail()
 		}
@@ -413,18 +426,21 @@ func decodeState(data string, like []string, events []event, slab []value, scrat
 	return cols, events, needed, nil
 }
 
-// MarshalBinary encodes the table state.
+// MarshalBinary encodes the table state: version 2 writes the truncates,
+// then the snapshots; version 1 states (truncates only) still decode.
 func (t TableState) MarshalBinary() ([]byte, error) {
 	buf := []byte{tableStateVersion}
-	buf = binary.AppendUvarint(buf, uint64(len(t.Truncates)))
-	for _, b := range t.Truncates {
-		buf = appendString(buf, b.Seq)
-		buf = appendString(buf, b.Pos.Flow)
-		buf = appendString(buf, b.Pos.Topic)
-		buf = appendString(buf, b.Pos.File)
-		buf = binary.AppendVarint(buf, int64(b.Pos.Partition))
-		buf = binary.AppendVarint(buf, b.Pos.Offset)
-		buf = binary.AppendVarint(buf, b.Seen.UnixMicro())
+	for _, bs := range [][]Barrier{t.Truncates, t.Snapshots} {
+		buf = binary.AppendUvarint(buf, uint64(len(bs)))
+		for _, b := range bs {
+			buf = appendString(buf, b.Seq)
+			buf = appendString(buf, b.Pos.Flow)
+			buf = appendString(buf, b.Pos.Topic)
+			buf = appendString(buf, b.Pos.File)
+			buf = binary.AppendVarint(buf, int64(b.Pos.Partition))
+			buf = binary.AppendVarint(buf, b.Pos.Offset)
+			buf = binary.AppendVarint(buf, b.Seen.UnixMicro())
+		}
 	}
 	return buf, nil
 }
@@ -432,28 +448,35 @@ func (t TableState) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary wrote.
 func (t *TableState) UnmarshalBinary(data []byte) error {
 	r := reader{buf: string(data)}
-	if v := r.byte(); v != tableStateVersion {
+	v := r.byte()
+	if v != 1 && v != tableStateVersion {
 		if r.err != nil {
 			return fmt.Errorf("cdc: table state: %w", r.err)
 		}
 		return fmt.Errorf("cdc: table state version %d, want %d", v, tableStateVersion)
 	}
 	var out TableState
-	n := r.count()
-	for range n {
-		var b Barrier
-		b.Seq = r.string()
-		b.Pos.Flow = r.string()
-		b.Pos.Topic = r.string()
-		b.Pos.File = r.string()
-		part := r.varint()
-		if part < math.MinInt32 || part > math.MaxInt32 {
-			r.fail()
+	lists := []*[]Barrier{&out.Truncates, &out.Snapshots}
+	if v == 1 {
+		lists = lists[:1]
+	}
+	for _, bs := range lists {
+		n := r.count()
+		for range n {
+			var b Barrier
+			b.Seq = r.string()
+			b.Pos.Flow = r.string()
+			b.Pos.Topic = r.string()
+			b.Pos.File = r.string()
+			part := r.varint()
+			if part < math.MinInt32 || part > math.MaxInt32 {
+				r.fail()
+			}
+			b.Pos.Partition = int32(part)
+			b.Pos.Offset = r.varint()
+			b.Seen = time.UnixMicro(r.varint()).UTC()
+			*bs = append(*bs, b)
 		}
-		b.Pos.Partition = int32(part)
-		b.Pos.Offset = r.varint()
-		b.Seen = time.UnixMicro(r.varint()).UTC()
-		out.Truncates = append(out.Truncates, b)
 	}
 	if r.err == nil && r.buf != "" {
 		r.fail()
@@ -565,7 +588,7 @@ func commonEvents(a, b []event) int {
 	n := min(len(a), len(b))
 	for i := range n {
 		x, y := &a[i], &b[i]
-		if x.seq != y.seq || x.pos != y.pos || x.del != y.del || x.seen != y.seen || !slices.Equal(x.vals, y.vals) {
+		if x.seq != y.seq || x.pos != y.pos || x.del != y.del || x.snap != y.snap || x.seen != y.seen || !slices.Equal(x.vals, y.vals) {
 			return i
 		}
 	}

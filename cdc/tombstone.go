@@ -1,6 +1,9 @@
 package cdc
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // A tombstone (a Kafka message with a key and no value) carries no
 // sequence: it deletes its key just after the key's newest sequence when
@@ -53,16 +56,18 @@ func (a *applyCtx) resolveTombstones(old, fresh []event) []event {
 		kept = append(kept, tb)
 	}
 	out := append(kept, rest...) // rest starts at or after kept's end
-	slices.SortFunc(out, func(x, y event) int {
-		if x.seq != y.seq {
-			if x.seq < y.seq {
-				return -1
-			}
-			return 1
+	sortEvents(out)
+	return out
+}
+
+// sortEvents sorts events by (seq, position).
+func sortEvents(evs []event) {
+	slices.SortFunc(evs, func(x, y event) int {
+		if c := strings.Compare(x.seq, y.seq); c != 0 {
+			return c
 		}
 		return x.pos.Compare(y.pos)
 	})
-	return out
 }
 
 // follows reports whether p comes after q in q's partition.

@@ -168,6 +168,7 @@ func (r *runner) applySnapshot(ctx context.Context, f *spec.Flow, t *cdcTarget, 
 		SCDType: f.StoredAsSCDType, TrackHistoryColumnList: f.TrackHistoryColumnList,
 		TrackHistoryExceptColumnList: f.TrackHistoryExceptColumnList,
 		TombstoneRetention:           f.TombstoneRetention,
+		Snapshot:                     true,
 		FailOnError:                  true,
 		Logger:                       r.log.With("flow", f.Name),
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -119,8 +120,12 @@ func (a *snapshotApply) spillFile(ctx context.Context, fl backfill.File, format 
 	})
 }
 
-// spillTargetKeys spills the keys of the target's current rows (SCD type
-// 2: __END_AT null) into the parts of the snapshot's rows.
+// spillTargetKeys spills into the parts of the snapshot's rows the keys of
+// the target's rows (SCD type 2) whose version is open at the snapshot's
+// version or after it: __END_AT null or after the version. Those are the
+// keys a delete at the version changes now; keys whose versions all ended
+// by then get theirs when a change older than the version comes (the
+// engine's snapshot barriers, docs/cdc.md#snapshots).
 func (a *snapshotApply) spillTargetKeys(ctx context.Context) error {
 	a.keySchema = batch.Schema{}
 	for _, k := range a.flow.Keys {
@@ -131,13 +136,19 @@ func (a *snapshotApply) spillTargetKeys(ctx context.Context) error {
 		a.keySchema.Columns = append(a.keySchema.Columns, a.target.table.Schema.Columns[i])
 	}
 	a.keys = newSpill(a.dir, "keys", a.keySchema, snapshotParts, a.rows.seed)
+	nk := len(a.keySchema.Columns)
 	add := func(b *batch.Batch) error {
+		end := b.Vectors[nk]
+		keys := &batch.Batch{Schema: a.keySchema, Vectors: b.Vectors[:nk]}
 		for i := range b.Len() {
-			k, err := a.keyer.KeyOf(b, i)
+			if !end.IsNull(i) && backfill.ValueAt(end, i).Compare(a.version.value) <= 0 {
+				continue
+			}
+			k, err := a.keyer.KeyOf(keys, i)
 			if err != nil {
 				return err
 			}
-			if err := a.keys.add(k, b, i, 0); err != nil {
+			if err := a.keys.add(k, keys, i, 0); err != nil {
 				return err
 			}
 		}
@@ -145,7 +156,7 @@ func (a *snapshotApply) spillTargetKeys(ctx context.Context) error {
 	}
 	var err error
 	if ks, ok := a.r.sink.(sinks.KeyScanner); ok {
-		err = ks.ScanKeys(ctx, a.flow.Target, a.keySchema.Names(), cdc.EndAtColumn, add)
+		err = ks.ScanKeys(ctx, a.flow.Target, append(a.keySchema.Names(), cdc.EndAtColumn), "", add)
 	} else {
 		err = a.scanKeys(ctx, add)
 	}
@@ -155,26 +166,23 @@ func (a *snapshotApply) spillTargetKeys(ctx context.Context) error {
 	return a.keys.finish()
 }
 
-// scanKeys reads the current keys through Scan, for a destination that
-// cannot stream them.
+// scanKeys reads the keys and __END_AT through Scan, for a destination
+// that cannot stream them.
 func (a *snapshotApply) scanKeys(ctx context.Context, add func(*batch.Batch) error) error {
 	cur, err := a.r.sink.Scan(ctx, a.flow.Target)
 	if err != nil {
 		return err
 	}
-	end := cur.Column(cdc.EndAtColumn)
-	out := batch.New(a.keySchema, cur.Len())
-	for i := range cur.Len() {
-		if end != nil && !end.IsNull(i) {
-			continue
+	cols := append(slices.Clone(a.keySchema.Columns), batch.Column{Name: cdc.EndAtColumn})
+	out := &batch.Batch{}
+	for _, col := range cols {
+		v := cur.Column(col.Name)
+		if v == nil {
+			return fmt.Errorf("table %s has no column %s", a.flow.Target, col.Name)
 		}
-		for c, col := range a.keySchema.Columns {
-			v := cur.Column(col.Name)
-			if v == nil {
-				return fmt.Errorf("table %s has no column %s", a.flow.Target, col.Name)
-			}
-			out.Vectors[c].AppendFrom(v, i)
-		}
+		col.Type, col.Nullable = v.Type, true
+		out.Schema.Columns = append(out.Schema.Columns, col)
+		out.Vectors = append(out.Vectors, v)
 	}
 	return add(out)
 }
@@ -238,13 +246,18 @@ func (a *snapshotApply) write(ctx context.Context, ld sinks.Load) (int64, error)
 		written += int64(out.Upserts.Len())
 		return writeOutput(ctx, ld, a.flow.Target, out)
 	}
-	if a.flow.StoredAsSCDType != 2 {
+	{
+		// SCD type 1: a truncate at the version. SCD type 2: the barrier
+		// that deletes at the version the keys first seen later.
 		in := cdc.Input{Batch: batch.New(a.withVersion, 1), Now: now}
 		for c := range a.src.Columns {
 			in.Batch.Vectors[c].AppendNull()
 		}
 		a.version.value.AppendTo(in.Batch.Vectors[len(a.src.Columns)], 1)
 		in.Ops = []cdc.Op{cdc.OpTruncate}
+		if a.flow.StoredAsSCDType == 2 {
+			in.Ops[0] = cdc.OpSnapshot
+		}
 		in.Positions = []cdc.Position{a.position(0)}
 		out, err := eng.Apply(ctx, in)
 		if err != nil {
@@ -346,8 +359,9 @@ func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (cdc.Input, er
 			return in, err
 		}
 		if _, ok := seen[k]; ok {
-			continue
+			continue // held by the snapshot, or a key of several versions
 		}
+		seen[k] = -1
 		for c, v := range keyCol {
 			if v != nil {
 				in.Batch.Vectors[c].AppendFrom(v, i)

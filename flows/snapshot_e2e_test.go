@@ -1,6 +1,7 @@
 package flows_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -8,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // Snapshot flows end to end, alone and sharing an SCD type 1 target with a
@@ -178,5 +181,87 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// TestSnapshotClosesKeysSeenLater is rule SN1 of docs/cdc.md on an SCD
+// type 2 target, in update and run modes: a snapshot at 100 holds keys 1
+// and 2; a change of key 3 at 80, arriving after it, opens a version the
+// snapshot closes at 100. Key 4's last version had ended before the
+// snapshot; a late change of it at 90 ends at 100 too.
+func TestSnapshotClosesKeysSeenLater(t *testing.T) {
+	broker := startBroker(t)
+	for _, mode := range []string{"update", "run"} {
+		t.Run(mode, func(t *testing.T) { sn1Case(t, broker.Addr(), mode) })
+	}
+}
+
+// sn1Case runs TestSnapshotClosesKeysSeenLater in one mode, update or run.
+func sn1Case(t *testing.T, broker, mode string) {
+	want := []string{"1,a,100,∞", "2,b,100,∞", "3,c,80,100", "4,d,10,50", "4,e,90,100"}
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		topic := "sn1_" + mode + "_" + dname
+		s := newStepper(t, broker, dest(t), snapshotFlow(2, "", "")+fmt.Sprintf(cdcOnT, topic)+"    stored_as_scd_type: 2\n")
+		s.produce(topic, `{"id":4,"name":"d","op":"U","seq":10}`, `{"id":4,"op":"D","seq":50}`)
+		s.update()
+		snapshotAt(t, s.dir, "100", []rawRow{{1, "a"}, {2, "b"}})
+		late := []string{`{"id":3,"name":"c","op":"U","seq":80}`, `{"id":4,"name":"e","op":"U","seq":90}`}
+		if mode == "update" {
+			s.update()
+			s.produce(topic, late...)
+			s.update()
+			if got := s.rows("t"); !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+			return
+		}
+		s.runUntil(func() bool {
+			if got := s.rows("t"); len(got) < 3 || got[0] != want[0] {
+				return false // the snapshot is not applied yet
+			}
+			s.produce(topic, late...)
+			return true
+		}, func() bool { return slices.Equal(s.rows("t"), want) })
+		if got := s.rows("t"); !slices.Equal(got, want) {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	})
+}
+
+// runUntil runs the pipeline in run mode while each step in turn is
+// polled until it reports true, then stops the run.
+func (s *stepper) runUntil(steps ...func() bool) {
+	s.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink, err := destination.Open(ctx, s.p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer sink.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- flows.Execute(ctx, s.p, sink, flows.Options{Mode: flows.ModeRun, PollFiles: 50 * time.Millisecond,
+			HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for i, step := range steps {
+		for !step() {
+			select {
+			case err := <-done:
+				s.t.Fatalf("run ended at step %d: %v", i+1, err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				<-done
+				s.t.Fatalf("step %d not reached in run mode", i+1)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		s.t.Fatalf("run: %v", err)
 	}
 }
