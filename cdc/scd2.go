@@ -137,7 +137,9 @@ func (a *applyCtx) expire2(evs []event) []event {
 	a.vers = vers[:0]
 	for j := range m {
 		if drop[j] {
-			drop[j] = a.expired(&m[j])
+			// A delete at a remembered snapshot version stays: it would
+			// be added again (snapshotDeletes).
+			drop[j] = a.expired(&m[j]) && !a.atBarrier(m[j].seq)
 			if drop[j] {
 				a.out.Stats.Expired++
 			}

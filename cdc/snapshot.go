@@ -59,6 +59,9 @@ func (a *applyCtx) snapshotDeletes(old, fresh []event) []event {
 
 // atSnapshot reports whether ev is an upsert of a snapshot whose barrier
 // is remembered: expiry keeps it, as the mark that the key was in it.
-func (a *applyCtx) atSnapshot(ev *event) bool {
-	return ev.snap && slices.ContainsFunc(a.snaps, func(b Barrier) bool { return b.Seq == ev.seq })
+func (a *applyCtx) atSnapshot(ev *event) bool { return ev.snap && a.atBarrier(ev.seq) }
+
+// atBarrier reports whether seq is a remembered snapshot version.
+func (a *applyCtx) atBarrier(seq string) bool {
+	return slices.ContainsFunc(a.snaps, func(b Barrier) bool { return b.Seq == seq })
 }

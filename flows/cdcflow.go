@@ -248,7 +248,11 @@ func (h *cdcHandler) applyRules(in cdcRecords, dls []batch.DeadLetter) (cdcRecor
 		for i, op := range ops {
 			pass[i] = op != cdc.OpUpsert
 		}
-	} // else an expression over a computed column: the engine decides after the rules
+	} else if in.Tombstones != nil {
+		// An expression over a computed column: the engine decides the
+		// other rows after the rules, but a tombstone is known now.
+		pass = slices.Clone(in.Tombstones)
+	}
 
 	res, err := h.rules.apply(h.r, in.Batch, pass, func(i int) batch.DeadLetter {
 		p := in.Positions[i]

@@ -49,10 +49,10 @@ func (d *JSON) DecodeTombstone(rec *batch.Record, out *batch.Batch, keys []strin
 		if single < 0 {
 			return undecodable("the message key is text (key_format string), which names one key column, and the flow has several")
 		}
-		if !utf8.Valid(rec.Key) {
+		i := d.index[keys[single]]
+		if d.cols[i].typ.Kind != batch.KindBytes && !utf8.Valid(rec.Key) {
 			return invalidUTF8("the message key", rec.Key)
 		}
-		i := d.index[keys[single]]
 		switch d.cols[i].typ.Kind {
 		case batch.KindString, batch.KindBytes:
 			vals[single] = ar.NewStringBytes(rec.Key)

@@ -41,6 +41,7 @@ func TestDecodeTombstoneKeys(t *testing.T) {
 		{"text of a string", text, []string{"sku"}, KeyString, `A-1`, "A-1,0", ""},
 		{"text that looks like JSON", text, []string{"sku"}, KeyString, `{"x":1}`, `{"x":1},0`, ""},
 		{"text of bytes", raw, []string{"hash"}, KeyString, "\x01\x02", "[1 2],0", ""},
+		{"binary key of bytes", raw, []string{"hash"}, KeyString, "\xff\x00", "[255 0],0", ""},
 		{"not a number", one, []string{"id"}, KeyString, `x1`, `in the message key, field "id": "x1" is not an int64`, batch.ReasonTypeMismatch},
 		{"key missing", two, []string{"region", "id"}, KeyJSON, `{"id":1}`, `in the message key, field "region": missing, and the column is not nullable`, batch.ReasonMissingField},
 		{"plain text as JSON", text, []string{"sku"}, KeyJSON, `A-1`, "message key: invalid JSON", batch.ReasonUndecodable},
