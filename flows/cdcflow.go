@@ -198,7 +198,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		}
 		proto.SetUnavailable(f.Source.Kafka.Placeholder())
 		proto.SetTombstones(map[string]decode.Tombstones{spec.TombstonesDelete: decode.TombstoneDelete,
-			spec.TombstonesSkip: decode.TombstoneSkip, spec.TombstonesDeadLetter: decode.TombstoneDeadLetter}[f.Source.Kafka.TombstoneMode()])
+			spec.TombstonesSkip: decode.TombstoneSkip, spec.TombstonesDeadLetter: decode.TombstoneDeadLetter}[f.Source.Kafka.TombstoneMode(f)])
 		h.debezium = true
 		h.pool.New = func() any { return proto.Clone() }
 		return h, nil
@@ -663,7 +663,7 @@ func (h *cdcHandler) decodeWith(dec *decode.JSON, rb *consumer.RecordBatch) (cdc
 	var dls []batch.DeadLetter
 	in.Batch = batch.New(dec.Schema(), n)
 	k := h.flow.Source.Kafka
-	tombs := k.TombstoneMode()
+	tombs := k.TombstoneMode(h.flow)
 	for i := range rb.Records {
 		rec := &rb.Records[i]
 		if rec.Value == nil && tombs != spec.TombstonesDeadLetter {

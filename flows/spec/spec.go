@@ -382,15 +382,29 @@ const (
 	TombstonesDeadLetter = "dead_letter" // a dead letter, reason undecodable
 )
 
-// TombstoneMode returns what the source's tombstones become.
-func (k *KafkaSource) TombstoneMode() string {
+// TombstoneMode returns what the source's tombstones become in flow f:
+// by default delete for Debezium, unless a key of f is a computed column,
+// which no message key gives (then skip, as before tombstones deleted).
+func (k *KafkaSource) TombstoneMode(f *Flow) string {
 	switch {
 	case k.Tombstones != "":
 		return k.Tombstones
-	case k.Format == FormatDebezium:
+	case k.Format == FormatDebezium && !f.computedKey():
 		return TombstonesDelete
+	case k.Format == FormatDebezium:
+		return TombstonesSkip
 	}
 	return TombstonesDeadLetter
+}
+
+// computedKey reports whether a key of f is one of its computed columns.
+func (f *Flow) computedKey() bool {
+	for _, key := range f.Keys {
+		if slices.ContainsFunc(f.ComputedColumns, func(cc ComputedColumn) bool { return cc.Name == key }) {
+			return true
+		}
+	}
+	return false
 }
 
 // KeyFormatOrDefault returns the format of the source's message keys.

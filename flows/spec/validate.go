@@ -1348,7 +1348,7 @@ func (c *checker) tombstones(path, sp string, f *Flow, k *KafkaSource) {
 	default:
 		c.add(sp+".key_format", "unknown %q: json or string", k.KeyFormat)
 	}
-	if f.Kind != KindAutoCDC || k.TombstoneMode() != TombstonesDelete {
+	if f.Kind != KindAutoCDC || k.TombstoneMode(f) != TombstonesDelete {
 		if k.KeyFormat != "" {
 			c.add(sp+".key_format", "applies when tombstones: delete: it says how a tombstone's message key names the key it deletes")
 		}

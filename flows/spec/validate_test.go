@@ -496,6 +496,18 @@ flows:
         columns: [{name: id, type: int64}, {name: seq, type: int64}]
     keys: [id]
     sequence_by: seq
+  - name: k
+    target: x
+    kind: auto_cdc
+    source:
+      kafka:
+        topic: a
+        format: debezium
+        columns: [{name: id, type: int64}, {name: seq, type: int64}]
+    keys: [id, k]
+    sequence_by: seq
+    computed_columns:
+      - {name: k, type: int64, expr: "id * 2"}
 `},
 		{"file formats", header + tableT + `flows:
   - name: f
