@@ -355,23 +355,9 @@ func CursorAt(vec *batch.Vector, i int, t batch.Type, tz *time.Location) (Value,
 	if vec.IsNull(i) {
 		return NullValue(t), nil
 	}
-	v := Value{Type: vec.Type}
-	switch vec.Type.Kind {
-	case batch.KindInt64, batch.KindDate, batch.KindTimestamp:
-		v.Int = vec.Ints[i]
-	case batch.KindFloat64:
-		v.Float = vec.Floats[i]
-		if math.IsNaN(v.Float) {
-			return Value{}, &CursorError{Text: "NaN", Type: t, Want: "a number"}
-		}
-	case batch.KindBool:
-		v.Bool = vec.Bools[i]
-	case batch.KindString:
-		v.Str = vec.Strs[i]
-	case batch.KindBytes:
-		v.Str = string(vec.Bytes[i])
-	case batch.KindDecimal:
-		v.Dec = vec.Decs[i]
+	v := ValueAt(vec, i)
+	if isNaN(v) {
+		return Value{}, &CursorError{Text: "NaN", Type: t, Want: "a number"}
 	}
 	return CoerceCursor(v, t, tz)
 }

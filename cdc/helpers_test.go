@@ -208,7 +208,14 @@ func (h *harness) restart() {
 // apply applies a batch of flow and commits it everywhere.
 func (h *harness) apply(flow string, b *batch.Batch, pos []Position) *Output {
 	h.t.Helper()
-	out, err := h.engines[flow].Apply(context.Background(), Input{Batch: b, Positions: pos, Now: h.now})
+	return h.applyInput(flow, Input{Batch: b, Positions: pos})
+}
+
+// applyInput applies in (at the harness's time) and commits it everywhere.
+func (h *harness) applyInput(flow string, in Input) *Output {
+	h.t.Helper()
+	in.Now = h.now
+	out, err := h.engines[flow].Apply(context.Background(), in)
 	if err != nil {
 		h.t.Fatalf("Apply: %v", err)
 	}

@@ -51,12 +51,7 @@ func (h *harness) applySnapshot(flow string, v int, rows ...[]any) *Output {
 		pos[i] = Position{Flow: flow, File: "v", Offset: int64(i)}
 	}
 	h.now = h.now.Add(time.Minute)
-	out, err := h.engines[flow].Apply(context.Background(), Input{Batch: mkBatch(h.cfgs[flow].Source, all), Positions: pos, Ops: ops, Now: h.now})
-	if err != nil {
-		h.t.Fatalf("Apply: %v", err)
-	}
-	h.commit(out)
-	return out
+	return h.applyInput(flow, Input{Batch: mkBatch(h.cfgs[flow].Source, all), Positions: pos, Ops: ops})
 }
 
 func TestSnapshotClosesKeysSeenLater(t *testing.T) {

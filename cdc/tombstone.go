@@ -46,8 +46,8 @@ func (a *applyCtx) resolveTombstones(old, fresh []event) []event {
 				seq = max(seq, rest[i].seq)
 			}
 		}
-		for i := range kept { // the tombstones before it
-			seq = max(seq, kept[i].seq)
+		if len(kept) > 0 { // the tombstones before it: the last is the newest
+			seq = max(seq, kept[len(kept)-1].seq)
 		}
 		if seq == "" {
 			continue

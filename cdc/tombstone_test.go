@@ -1,7 +1,6 @@
 package cdc
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -23,12 +22,7 @@ func (h *harness) applyTombstones(flow string, off int64, rows [][]any) *Output 
 		tombs[i] = r[1] == nil && r[2] == nil && r[3] == nil
 	}
 	h.now = h.now.Add(time.Minute)
-	out, err := h.engines[flow].Apply(context.Background(), Input{Batch: b, Positions: pos, Now: h.now, Tombstones: tombs})
-	if err != nil {
-		h.t.Fatalf("Apply: %v", err)
-	}
-	h.commit(out)
-	return out
+	return h.applyInput(flow, Input{Batch: b, Positions: pos, Tombstones: tombs})
 }
 
 func TestTombstones(t *testing.T) {

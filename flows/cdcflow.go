@@ -144,6 +144,8 @@ type cdcHandler struct {
 	// infers: the target is typed by the flow's messages; its columns grow
 	// as they bring new fields, and engine follows them (current).
 	infers bool
+	// tombstones is what a Kafka message with a null value becomes.
+	tombstones decode.Tombstones
 
 	gmu  sync.Mutex
 	open *joinedLoad // the load batches ready now join (cdcjoin.go); nil when none forms
@@ -174,9 +176,14 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		FailOnError:                       f.OnError == spec.OnErrorFail,
 		Logger:                            r.log.With("flow", f.Name),
 	}
+	tombstones := decode.TombstoneSkip
+	if k := f.Source.Kafka; k != nil {
+		tombstones = map[string]decode.Tombstones{spec.TombstonesDelete: decode.TombstoneDelete,
+			spec.TombstonesSkip: decode.TombstoneSkip, spec.TombstonesDeadLetter: decode.TombstoneDeadLetter}[k.TombstoneMode(f)]
+	}
 	if f.TypedByMessages(r.p) {
 		cfg.Lenient = true
-		h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, rules: newFlowRules(f, true), infers: true}
+		h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, rules: newFlowRules(f, true), infers: true, tombstones: tombstones}
 		if _, err := h.current(); err != nil {
 			return nil, err
 		}
@@ -187,7 +194,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 	if err != nil {
 		return nil, err
 	}
-	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng, rules: newFlowRules(f, false)}
+	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng, rules: newFlowRules(f, false), tombstones: tombstones}
 	if f.Source.Kafka == nil {
 		return h, nil // a file source: the backfill readers decode
 	}
@@ -197,8 +204,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 			return nil, err
 		}
 		proto.SetUnavailable(f.Source.Kafka.Placeholder())
-		proto.SetTombstones(map[string]decode.Tombstones{spec.TombstonesDelete: decode.TombstoneDelete,
-			spec.TombstonesSkip: decode.TombstoneSkip, spec.TombstonesDeadLetter: decode.TombstoneDeadLetter}[f.Source.Kafka.TombstoneMode(f)])
+		proto.SetTombstones(tombstones)
 		h.debezium = true
 		h.pool.New = func() any { return proto.Clone() }
 		return h, nil
@@ -662,15 +668,15 @@ func (h *cdcHandler) decodeWith(dec *decode.JSON, rb *consumer.RecordBatch) (cdc
 	in := cdc.Input{Positions: make([]cdc.Position, 0, n), Meta: make([]cdc.RecordMeta, 0, n), Payloads: make([][]byte, 0, n)}
 	var dls []batch.DeadLetter
 	in.Batch = batch.New(dec.Schema(), n)
-	k := h.flow.Source.Kafka
-	tombs := k.TombstoneMode(h.flow)
+	// Until the messages bring the keys, the target has no row to delete.
+	skip := h.tombstones == decode.TombstoneSkip || !hasColumns(dec.Schema(), h.flow.Keys)
 	for i := range rb.Records {
 		rec := &rb.Records[i]
-		if rec.Value == nil && tombs != spec.TombstonesDeadLetter {
-			if tombs == spec.TombstonesSkip || !hasColumns(dec.Schema(), h.flow.Keys) {
-				continue // skipped, or no message has brought the keys: the target has no row
+		if rec.Value == nil && h.tombstones != decode.TombstoneDeadLetter {
+			if skip {
+				continue
 			}
-			if err := dec.DecodeTombstone(rec, in.Batch, h.flow.Keys, k.KeyFormatOrDefault()); err != nil {
+			if err := dec.DecodeTombstone(rec, in.Batch, h.flow.Keys, h.flow.Source.Kafka.KeyFormatOrDefault()); err != nil {
 				dls = append(dls, batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: err.Reason, Error: err.Error()})
 				continue
 			}

@@ -246,31 +246,28 @@ func (a *snapshotApply) write(ctx context.Context, ld sinks.Load) (int64, error)
 		written += int64(out.Upserts.Len())
 		return writeOutput(ctx, ld, a.flow.Target, out)
 	}
-	{
-		// SCD type 1: a truncate at the version. SCD type 2: the barrier
-		// that deletes at the version the keys first seen later.
-		in := cdc.Input{Batch: batch.New(a.withVersion, 1), Now: now}
-		for c := range a.src.Columns {
-			in.Batch.Vectors[c].AppendNull()
-		}
-		a.version.value.AppendTo(in.Batch.Vectors[len(a.src.Columns)], 1)
-		in.Ops = []cdc.Op{cdc.OpTruncate}
-		if a.flow.StoredAsSCDType == 2 {
-			in.Ops[0] = cdc.OpSnapshot
-		}
-		in.Positions = []cdc.Position{a.position(0)}
-		out, err := eng.Apply(ctx, in)
-		if err != nil {
+	// The version's barrier first, alone: for SCD type 1 a truncate at
+	// it, for SCD type 2 the delete at it of the keys first seen later.
+	barrier := cdc.OpTruncate
+	if a.flow.StoredAsSCDType == 2 {
+		barrier = cdc.OpSnapshot
+	}
+	in := cdc.Input{Batch: batch.New(a.withVersion, 1), Now: now, Ops: []cdc.Op{barrier}, Positions: []cdc.Position{a.position(0)}}
+	for c := range a.src.Columns {
+		in.Batch.Vectors[c].AppendNull()
+	}
+	a.version.value.AppendTo(in.Batch.Vectors[len(a.src.Columns)], 1)
+	out, err := eng.Apply(ctx, in)
+	if err != nil {
+		return 0, err
+	}
+	if err := stage(out); err != nil {
+		return 0, err
+	}
+	if out.Table != nil {
+		// The buckets apply under the barrier this load sets.
+		if eng, err = cdc.New(a.cfg, layered{base: store, top: []*pendingOutput{{table: out.Table}}}); err != nil {
 			return 0, err
-		}
-		if err := stage(out); err != nil {
-			return 0, err
-		}
-		if out.Table != nil {
-			// The buckets apply under the barrier this load sets.
-			if eng, err = cdc.New(a.cfg, layered{base: store, top: []*pendingOutput{{table: out.Table}}}); err != nil {
-				return 0, err
-			}
 		}
 	}
 	deletes := a.rows.rows + 1 // delete offsets follow the rows'

@@ -42,56 +42,26 @@ func TestTombstones(t *testing.T) {
 	broker := startBroker(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		dbz, flatTopic := "dbz_"+dname, "flat_"+dname
-		debezium := func(name, target, extra string) string {
+		flow := func(name, target, topic, options, seq, extra string) string {
 			return `  - name: ` + name + `
     target: ` + target + `
     kind: auto_cdc
     source:
       kafka:
-        topic: ` + dbz + `
-        format: debezium
+        topic: ` + topic + options + `
         columns:
           - {name: id, type: int64}
           - {name: name, type: string, nullable: true}
-          - {name: _source_lsn, type: int64}
+          - {name: ` + seq + `, type: int64}
     keys: [id]
-    sequence_by: _source_lsn
-` + extra
+    sequence_by: ` + seq + "\n" + extra
 		}
-		s := newStepper(t, broker.Addr(), dest(t), `tables:
-  - name: latest
-  - name: history
-  - name: flat
-  - name: skipped
-flows:
-`+debezium("scd1", "latest", "")+debezium("scd2", "history", "    stored_as_scd_type: 2\n")+`  - name: flattened
-    target: flat
-    kind: auto_cdc
-    source:
-      kafka:
-        topic: `+flatTopic+`
-        tombstones: delete
-        key_format: string
-        columns:
-          - {name: id, type: int64}
-          - {name: name, type: string, nullable: true}
-          - {name: lsn, type: int64}
-    keys: [id]
-    sequence_by: lsn
-  - name: skipping
-    target: skipped
-    kind: auto_cdc
-    source:
-      kafka:
-        topic: `+flatTopic+`
-        tombstones: skip
-        columns:
-          - {name: id, type: int64}
-          - {name: name, type: string, nullable: true}
-          - {name: lsn, type: int64}
-    keys: [id]
-    sequence_by: lsn
-`)
+		const debezium = "\n        format: debezium"
+		s := newStepper(t, broker.Addr(), dest(t), "tables:\n  - name: latest\n  - name: history\n  - name: flat\n  - name: skipped\nflows:\n"+
+			flow("scd1", "latest", dbz, debezium, "_source_lsn", "")+
+			flow("scd2", "history", dbz, debezium, "_source_lsn", "    stored_as_scd_type: 2\n")+
+			flow("flattened", "flat", flatTopic, "\n        tombstones: delete\n        key_format: string", "lsn", "")+
+			flow("skipping", "skipped", flatTopic, "\n        tombstones: skip", "lsn", ""))
 		s.produceKeyed(dbz,
 			dbzKey(1), change("c", 1, "a", 10),
 			dbzKey(2), change("c", 2, "b", 20),

@@ -398,13 +398,11 @@ func (k *KafkaSource) TombstoneMode(f *Flow) string {
 }
 
 // computedKey reports whether a key of f is one of its computed columns.
-func (f *Flow) computedKey() bool {
-	for _, key := range f.Keys {
-		if slices.ContainsFunc(f.ComputedColumns, func(cc ComputedColumn) bool { return cc.Name == key }) {
-			return true
-		}
-	}
-	return false
+func (f *Flow) computedKey() bool { return slices.ContainsFunc(f.Keys, f.computes) }
+
+// computes reports whether name is one of f's computed columns.
+func (f *Flow) computes(name string) bool {
+	return slices.ContainsFunc(f.ComputedColumns, func(cc ComputedColumn) bool { return cc.Name == name })
 }
 
 // KeyFormatOrDefault returns the format of the source's message keys.

@@ -493,7 +493,7 @@ func (c *checker) flows() {
 			// The target's columns, but those the flow computes.
 			f.fallback = targetSourceColumns(target)
 			f.fallback.Columns = slices.DeleteFunc(f.fallback.Columns, func(col batch.Column) bool {
-				return slices.ContainsFunc(f.ComputedColumns, func(cc ComputedColumn) bool { return cc.Name == col.Name })
+				return f.computes(col.Name)
 			})
 		}
 		c.source(i, f, kindOK, target)
@@ -1355,7 +1355,7 @@ func (c *checker) tombstones(path, sp string, f *Flow, k *KafkaSource) {
 		return
 	}
 	for j, key := range f.Keys {
-		if slices.ContainsFunc(f.ComputedColumns, func(cc ComputedColumn) bool { return cc.Name == key }) {
+		if f.computes(key) {
 			c.add(indexPath(strings.TrimSuffix(path, ".source")+".keys", j), "key %s is a computed column, which a tombstone's message key cannot give: set tombstones: dead_letter or skip", key)
 		}
 	}
