@@ -51,6 +51,9 @@ type appendHandler struct {
 	// decoders are of the columns inferred so far, a pooled one of older
 	// columns is dropped.
 	infers bool
+	// wire rewrites messages of a schema registry's wire format as JSON
+	// first; nil when they are JSON.
+	wire *wireStep
 	// hive names the columns of a table typed by the lines of its JSONL
 	// files that the files' paths fill (Hive segments): no line fills
 	// them. Set before each pass reads.
@@ -63,6 +66,10 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 		return nil, fmt.Errorf("target %s is not a table of the spec", f.Target)
 	}
 	h := &appendHandler{r: r, flow: f, rules: newFlowRules(f, f.TypedByMessages(r.p)), infers: f.TypedByMessages(r.p)}
+	var err error
+	if h.wire, err = r.newWireStep(f); err != nil {
+		return nil, err
+	}
 	if f.Source.Kafka != nil && !h.infers {
 		proto, err := decode.NewJSON(f.SourceSchema(), f.SourceUnits(r.p))
 		if err != nil {
@@ -78,6 +85,13 @@ func (r *runner) newAppendHandler(f *spec.Flow) (*appendHandler, error) {
 }
 
 func (h *appendHandler) prepare(ctx context.Context, rb *consumer.RecordBatch) (*prepared, error) {
+	if h.wire != nil {
+		recs, dls, err := h.wire.records(ctx, rb.Records)
+		if err != nil {
+			return nil, err
+		}
+		return h.prepareRecords(ctx, recs, nil, dls)
+	}
 	return h.prepareRecords(ctx, rb.Records, nil, nil)
 }
 
@@ -144,7 +158,7 @@ func (h *appendHandler) prepareRecords(ctx context.Context, records []batch.Reco
 		}
 		res, err := h.rules.apply(h.r, out, nil, func(i int) batch.DeadLetter {
 			rec := &records[recs[i]]
-			return batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Payload: rec.Value}
+			return batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Payload: rec.Payload()}
 		})
 		if err != nil {
 			return nil, err
@@ -230,6 +244,9 @@ func (h *appendHandler) decode(ctx context.Context, recs []batch.Record) (*batch
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
+		if h.infers && h.wire != nil {
+			dec.SetTypes(h.wire.hints())
+		}
 		out := batch.New(dec.Schema(), len(recs))
 		dls := dec.DecodeAll(recs, out, nil)
 		discarded := dec.Discarded()
@@ -284,7 +301,7 @@ func (h *appendHandler) valueless(recs []batch.Record, dls []batch.DeadLetter) [
 	for i := range recs {
 		if rec := &recs[i]; !bad[rec.Position()] {
 			dls = append(dls, batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonMissingField,
-				Error: "the message has no field with a value, and table " + h.flow.Target + " has no columns yet", Payload: rec.Value})
+				Error: "the message has no field with a value, and table " + h.flow.Target + " has no columns yet", Payload: rec.Payload()})
 		}
 	}
 	return dls

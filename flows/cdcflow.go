@@ -146,6 +146,9 @@ type cdcHandler struct {
 	infers bool
 	// tombstones is what a Kafka message with a null value becomes.
 	tombstones decode.Tombstones
+	// wire rewrites messages of a schema registry's wire format as JSON
+	// first; nil when they are JSON.
+	wire *wireStep
 
 	gmu  sync.Mutex
 	open *joinedLoad // the load batches ready now join (cdcjoin.go); nil when none forms
@@ -181,9 +184,13 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 		tombstones = map[string]decode.Tombstones{spec.TombstonesDelete: decode.TombstoneDelete,
 			spec.TombstonesSkip: decode.TombstoneSkip, spec.TombstonesDeadLetter: decode.TombstoneDeadLetter}[k.TombstoneMode(f)]
 	}
+	ws, err := r.newWireStep(f)
+	if err != nil {
+		return nil, err
+	}
 	if f.TypedByMessages(r.p) {
 		cfg.Lenient = true
-		h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, rules: newFlowRules(f, true), infers: true, tombstones: tombstones}
+		h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, rules: newFlowRules(f, true), infers: true, tombstones: tombstones, wire: ws}
 		if _, err := h.current(); err != nil {
 			return nil, err
 		}
@@ -194,7 +201,7 @@ func (r *runner) newCDCHandler(f *spec.Flow, t *cdcTarget) (*cdcHandler, error) 
 	if err != nil {
 		return nil, err
 	}
-	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng, rules: newFlowRules(f, false), tombstones: tombstones}
+	h := &cdcHandler{r: r, flow: f, target: t, cfg: cfg, engine: eng, rules: newFlowRules(f, false), tombstones: tombstones, wire: ws}
 	if f.Source.Kafka == nil {
 		return h, nil // a file source: the backfill readers decode
 	}
@@ -570,11 +577,21 @@ func applyWith(ctx context.Context, eng *cdc.Engine, in cdc.Input) (*cdc.Output,
 // decode turns a batch of records into the engine's input; records that do
 // not decode become dead letters.
 func (h *cdcHandler) decode(ctx context.Context, rb *consumer.RecordBatch) (cdcRecords, []batch.DeadLetter, error) {
+	var early []batch.DeadLetter
+	if h.wire != nil {
+		recs, dls, err := h.wire.records(ctx, rb.Records)
+		if err != nil {
+			return cdcRecords{}, nil, err
+		}
+		decoded := *rb
+		decoded.Records, rb, early = recs, &decoded, dls
+	}
 	if h.infers {
-		return h.decodeInferring(ctx, rb)
+		in, dls, err := h.decodeInferring(ctx, rb)
+		return in, append(early, dls...), err
 	}
 	in, dls := h.decodeDeclared(rb)
-	return cdcRecords{Input: in}, dls, nil
+	return cdcRecords{Input: in}, append(early, dls...), nil
 }
 
 // decodeInferring decodes the records of a flow whose messages type its
@@ -586,6 +603,9 @@ func (h *cdcHandler) decodeInferring(ctx context.Context, rb *consumer.RecordBat
 		dec, err := h.r.inferringDecoder(&h.pool, h.flow, nil)
 		if err != nil {
 			return cdcRecords{}, nil, err
+		}
+		if h.wire != nil {
+			dec.SetTypes(h.wire.hints())
 		}
 		in, dls := h.decodeWith(dec, rb)
 		found, kids, foundKids := dec.Found(), dec.ChildRows(), dec.FoundChildren()
@@ -688,7 +708,7 @@ func (h *cdcHandler) decodeWith(dec *decode.JSON, rb *consumer.RecordBatch) (cdc
 			continue
 		}
 		if err := dec.Decode(rec, in.Batch); err != nil {
-			d := batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonUndecodable, Error: err.Error(), Payload: rec.Value}
+			d := batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonUndecodable, Error: err.Error(), Payload: rec.Payload()}
 			var de *decode.Error
 			if errors.As(err, &de) {
 				d.Reason = de.Reason
@@ -718,7 +738,7 @@ func hasColumns(s batch.Schema, names []string) bool {
 func (h *cdcHandler) addRecord(in *cdc.Input, rec *batch.Record) {
 	in.Positions = append(in.Positions, cdc.Position{Flow: h.flow.Name, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
 	in.Meta = append(in.Meta, cdc.RecordMeta{Timestamp: rec.Timestamp, Key: rec.Key})
-	in.Payloads = append(in.Payloads, rec.Value)
+	in.Payloads = append(in.Payloads, rec.Payload())
 }
 
 // writeOutput stages an engine Output into a load of the target.

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/flows/wire"
 	"github.com/sluicehq/sluice/sinks"
 )
 
@@ -138,6 +139,9 @@ type runner struct {
 	// names holds, per flow that infers its columns from JSON messages,
 	// the field names normalized to other column names. Under dataMu.
 	names map[string]map[string]string
+
+	regMu      sync.Mutex
+	registries map[string]*wire.Registry // schema registry clients, by connection
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -463,6 +467,10 @@ func (r *runner) retry(ctx context.Context, what string, op func(context.Context
 func (r *runner) retryWith(ctx context.Context, what string, c sinks.Classifier, op func(context.Context) error) error {
 	start := time.Now()
 	backoff := 100 * time.Millisecond
+	component := "destination"
+	if n, ok := c.(interface{ Component() string }); ok {
+		component = n.Component()
+	}
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
 		if err == nil || c == nil || !c.Retryable(err) {
@@ -471,7 +479,7 @@ func (r *runner) retryWith(ctx context.Context, what string, c sinks.Classifier,
 		if r.opts.Mode == ModeUpdate && time.Since(start) > r.opts.RetryFor {
 			return fmt.Errorf("%s: still failing after %s: %w", what, r.opts.RetryFor, err)
 		}
-		r.log.Warn("destination failing; retrying", "op", what, "attempt", attempt, "backoff", backoff, "err", err)
+		r.log.Warn(component+" failing; retrying", "op", what, "attempt", attempt, "backoff", backoff, "err", err)
 		if serr := sleep(ctx, backoff); serr != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ func newDevKafka(g *globals) *cobra.Command {
 		addr    string
 		topics  []string
 		dataDir string
+		srAddr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev-kafka",
@@ -37,12 +38,21 @@ func newDevKafka(g *globals) *cobra.Command {
 			}
 			defer b.Close()
 			fmt.Fprintf(g.stdout, "dev-kafka listening on %s\n", b.Addr())
+			if srAddr != "" {
+				reg, err := devkafka.StartRegistry(srAddr)
+				if err != nil {
+					return fmt.Errorf("--schema-registry %s: %w", srAddr, err)
+				}
+				defer reg.Close()
+				fmt.Fprintf(g.stdout, "schema registry (in memory) at %s\n", reg.URL())
+			}
 			<-cmd.Context().Done()
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:9092", "listen address (port 0 picks a free port)")
 	cmd.Flags().StringArrayVar(&topics, "topic", nil, "create a topic NAME[:PARTITIONS] (repeatable)")
+	cmd.Flags().StringVar(&srAddr, "schema-registry", "", "also serve an in-memory Confluent Schema Registry on this address (e.g. 127.0.0.1:8081)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the log in this folder so it survives a restart (default in memory)")
 	return cmd
 }

@@ -21,6 +21,18 @@ type Record struct {
 	Timestamp time.Time
 	Key       []byte // nil for a null key
 	Value     []byte // nil for a tombstone
+	// Raw is the message's own bytes when Value is their decoding (a
+	// message of a schema registry's wire format, as JSON text); nil when
+	// Value is the message.
+	Raw []byte
+}
+
+// Payload returns the message's bytes as read, for a dead letter.
+func (r *Record) Payload() []byte {
+	if r.Raw != nil {
+		return r.Raw
+	}
+	return r.Value
 }
 
 // LinePartition is the Partition of a Record that is a line of a file.

@@ -321,7 +321,7 @@ func (d *Debezium) DecodeAll(recs []batch.Record, out *batch.Batch, ops []cdc.Op
 				Position: rec.Position(),
 				Reason:   err.Reason,
 				Error:    err.Error(),
-				Payload:  rec.Value,
+				Payload:  rec.Payload(),
 			})
 		case ok:
 			ops = append(ops, op)

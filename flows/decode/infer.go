@@ -85,6 +85,36 @@ func (d *JSON) Discarded() []string {
 // its own type does not take.
 func VariantName(column string, t batch.Type) string { return column + "__v_" + t.String() }
 
+// SetTypes gives an inferring decoder the column types a writer schema
+// states for fields (by column name, <parent>__<child> for nested ones):
+// a new field of one of them is found with that type rather than the one
+// its value infers, and found even while its value is null. The map is
+// read, never written; set it again for each batch.
+func (d *JSON) SetTypes(types map[string]batch.Type) { d.typed = types }
+
+// typedNull reports a new field of a stated type whose value is null.
+func (d *JSON) typedNull(name string) {
+	if t, ok := d.typed[name]; ok && d.contract.Columns == Evolve {
+		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
+	}
+}
+
+// typedTakes reports whether a column of type t takes a value of JSON
+// type vt as the writer schemas write them (package wire).
+func typedTakes(t batch.Type, vt fastjson.Type) bool {
+	switch t.Kind {
+	case batch.KindString, batch.KindTimestamp, batch.KindDate, batch.KindBytes:
+		return vt == fastjson.TypeString
+	case batch.KindDecimal:
+		return vt == fastjson.TypeString || vt == fastjson.TypeNumber
+	case batch.KindInt64, batch.KindFloat64:
+		return vt == fastjson.TypeNumber
+	case batch.KindBool:
+		return vt == fastjson.TypeTrue || vt == fastjson.TypeFalse
+	}
+	return false
+}
+
 // stray applies the contract to a field that is no column and has a value.
 func (d *JSON) stray(name string, val *fastjson.Value) *Error {
 	switch d.contract.Columns {
@@ -271,6 +301,10 @@ func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
 			return invalidUTF8(name, b)
 		}
 	}
+	if t, ok := d.typed[name]; ok && typedTakes(t, vt) {
+		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
+		return nil
+	}
 	var t batch.Type
 	t, _, d.num = inferKind(val, d.num)
 	d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
@@ -362,6 +396,8 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 				}
 				if val.Type() != fastjson.TypeNull {
 					err = d.stray(n.name, val)
+				} else if d.typed != nil {
+					d.typedNull(n.name)
 				}
 				if f, ok := d.foundAt[n.name]; ok && err == nil && d.contract.Columns == Evolve {
 					h.key, h.found = n.key, f+1
@@ -434,6 +470,9 @@ func (d *JSON) leaf(name, path string, val *fastjson.Value, text bool) *Error {
 	i, ok := d.index[name]
 	if !ok {
 		if val.Type() == fastjson.TypeNull {
+			if d.typed != nil && !text {
+				d.typedNull(name)
+			}
 			return nil
 		}
 		if why, ok := d.reserved[name]; ok {

@@ -175,6 +175,7 @@ type JSON struct {
 	found    []batch.Column
 	foundAt  map[string]int
 	renamed  [][2]string
+	typed    map[string]batch.Type // SetTypes
 
 	// Child tables (children.go), inferring decoders only.
 	tree   *tree         // shared by a root decoder and its child decoders
@@ -365,7 +366,7 @@ func (d *JSON) DecodeAll(recs []batch.Record, out *batch.Batch, dls []batch.Dead
 				Position: rec.Position(),
 				Reason:   err.Reason,
 				Error:    err.Error(),
-				Payload:  rec.Value,
+				Payload:  rec.Payload(),
 			})
 		}
 	}

@@ -22,6 +22,8 @@ const (
 const (
 	FormatJSON     = "json"     // kafka: one JSON object per message
 	FormatDebezium = "debezium" // kafka: the Debezium envelope; auto_cdc only
+	FormatAvro     = "avro"     // kafka: one Avro record per message, schema registry wire format
+	FormatProtobuf = "protobuf" // kafka: one Protobuf message per message, schema registry wire format
 	FormatParquet  = "parquet"  // files, snapshots
 	FormatJSONL    = "jsonl"    // files, snapshots: one JSON object per line
 )
@@ -359,8 +361,13 @@ type Source struct {
 // KafkaSource reads a topic.
 type KafkaSource struct {
 	Topic   string   `yaml:"topic"`   // required
-	Format  string   `yaml:"format"`  // json (default) or debezium
+	Format  string   `yaml:"format"`  // json (default), debezium, avro or protobuf
 	Columns []Column `yaml:"columns"` // default the target table's declared columns
+	// SchemaRegistry is where the writer schemas of Avro and Protobuf
+	// messages are: required for formats avro and protobuf; with format
+	// debezium, messages in the registry's wire format (Avro or Protobuf
+	// converters) are read through it, JSON ones as they are.
+	SchemaRegistry *SchemaRegistry `yaml:"schema_registry" json:",omitempty"`
 	// UnavailableValuePlaceholder (format debezium) is the text Debezium
 	// puts in a column whose value it did not capture (PostgreSQL TOAST):
 	// such a column keeps its previous value. Default
@@ -373,6 +380,25 @@ type KafkaSource struct {
 	// KeyFormat is how a tombstone's message key names the key it deletes:
 	// json (default) or string (the text of the flow's one key column).
 	KeyFormat string `yaml:"key_format" json:",omitempty"`
+}
+
+// SchemaRegistry is a Confluent-compatible Schema Registry.
+type SchemaRegistry struct {
+	URL      string `yaml:"url"`      // required: http:// or https://
+	Username string `yaml:"username"` // with password: HTTP basic authentication
+	Password string `yaml:"password"`
+	TLS      *TLS   `yaml:"tls"` // https: roots and client certificate; default the system's roots
+}
+
+// ReadsJSON reports whether the source's messages reach the decoders as
+// JSON objects of the record's fields: format json, and avro and protobuf
+// rewritten as JSON (docs/formats.md).
+func (k *KafkaSource) ReadsJSON() bool {
+	switch k.Format {
+	case "", FormatJSON, FormatAvro, FormatProtobuf:
+		return true
+	}
+	return false
 }
 
 // What a tombstone (a message with a null value) becomes.
@@ -686,7 +712,7 @@ func (f *Flow) InfersJSON() bool {
 	case f.Kind != KindAppend && f.Kind != KindAutoCDC:
 		return false
 	case s.Kafka != nil:
-		return len(s.Kafka.Columns) == 0 && (s.Kafka.Format == "" || s.Kafka.Format == FormatJSON)
+		return len(s.Kafka.Columns) == 0 && s.Kafka.ReadsJSON()
 	case f.Kind != KindAppend:
 		return false
 	case s.Files != nil:

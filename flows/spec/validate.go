@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -520,7 +521,7 @@ func (c *checker) flows() {
 func decodesJSON(s *Source) bool {
 	switch {
 	case s.Kafka != nil:
-		return s.Kafka.Format == "" || s.Kafka.Format == FormatJSON
+		return s.Kafka.ReadsJSON()
 	case s.Files != nil:
 		return effectiveFormat(s.Files.Format, s.Files.Path) == FormatJSONL
 	case s.Snapshots != nil:
@@ -610,13 +611,21 @@ func (c *checker) source(i int, f *Flow, kindOK bool, target *Table) {
 		}
 		switch k.Format {
 		case "", FormatJSON:
+			if k.SchemaRegistry != nil {
+				c.add(sp+".schema_registry", "format json reads no schemas: set format avro or protobuf (or debezium), or remove schema_registry")
+			}
 		case FormatDebezium:
 			if kindOK && f.Kind != KindAutoCDC {
 				c.add(sp+".format", "format debezium is for auto_cdc flows, not %s", f.Kind)
 			}
+		case FormatAvro, FormatProtobuf:
+			if k.SchemaRegistry == nil {
+				c.add(sp+".schema_registry", "required for format %s: the registry holding the messages' writer schemas (url, and username, password, tls when needed)", k.Format)
+			}
 		default:
-			c.add(sp+".format", "unknown kafka format %q: json or debezium", k.Format)
+			c.add(sp+".format", "unknown kafka format %q: json, debezium, avro or protobuf", k.Format)
 		}
+		c.schemaRegistry(sp+".schema_registry", k.SchemaRegistry)
 		if k.UnavailableValuePlaceholder != "" && k.Format != FormatDebezium {
 			c.add(sp+".unavailable_value_placeholder", "applies to format debezium: the text Debezium puts in a value it did not capture")
 		}
@@ -869,9 +878,9 @@ func (c *checker) schemaContract(i int, f *Flow) {
 	}
 	path := indexPath("flows", i) + ".schema_contract"
 	inferred := f.TypedByMessages(c.p)
-	kafkaJSON := f.Source.Kafka != nil && (f.Source.Kafka.Format == "" || f.Source.Kafka.Format == FormatJSON)
+	kafkaJSON := f.Source.Kafka != nil && f.Source.Kafka.ReadsJSON()
 	if !kafkaJSON && !inferred {
-		c.add(path, "a schema contract governs the fields of JSON: it applies to kafka sources of format json, and to JSONL files read into a table typed by its lines")
+		c.add(path, "a schema contract governs the fields of records: it applies to kafka sources of format json, avro or protobuf, and to JSONL files read into a table typed by its lines")
 		return
 	}
 	for _, k := range []struct{ key, val string }{{"columns", sc.Columns}, {"data_type", sc.DataType}} {
@@ -1326,6 +1335,32 @@ func compile(src string, env map[string]any, asBool bool) error {
 
 // tombstones checks what a Kafka source's tombstones become, and how
 // their message keys name the key they delete.
+// schemaRegistry checks a source's registry connection.
+func (c *checker) schemaRegistry(path string, r *SchemaRegistry) {
+	if r == nil {
+		return
+	}
+	switch u, err := url.Parse(r.URL); {
+	case r.URL == "":
+		c.add(path+".url", "required: the registry's base URL, e.g. http://localhost:8081")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		c.add(path+".url", "%q is not an http:// or https:// URL", r.URL)
+	case r.TLS != nil && u.Scheme != "https":
+		c.add(path+".tls", "applies to an https:// url")
+	}
+	switch {
+	case r.Username != "" && r.Password == "":
+		c.add(path+".username", "needs a password: username and password go together (HTTP basic authentication)")
+	case r.Username == "" && r.Password != "":
+		c.add(path+".password", "needs a username: username and password go together (HTTP basic authentication)")
+	}
+	if r.TLS != nil {
+		if _, err := r.TLS.ClientConfig(); err != nil {
+			c.add(path+".tls", "%v", err)
+		}
+	}
+}
+
 func (c *checker) tombstones(path, sp string, f *Flow, k *KafkaSource) {
 	switch k.Tombstones {
 	case "", TombstonesDelete, TombstonesSkip, TombstonesDeadLetter:

@@ -442,7 +442,41 @@ destination:
   - name: g
     target: t
     kind: append
-    source: {kafka: {format: avro, columns: [{name: id, type: int64}]}} #! flows[1].source.kafka.topic: required #! flows[1].source.kafka.format: unknown kafka format
+    source: {kafka: {format: xml, columns: [{name: id, type: int64}]}} #! flows[1].source.kafka.topic: required #! flows[1].source.kafka.format: unknown kafka format
+`},
+		{"schema registry", header + tableT + `flows:
+  - name: f
+    target: t
+    kind: append
+    source: {kafka: {topic: a, format: avro}} #! flows[0].source.kafka.schema_registry: required for format avro
+  - name: g
+    target: t
+    kind: append
+    source: {kafka: {topic: a, format: json, schema_registry: {url: "http://r:8081"}}} #! flows[1].source.kafka.schema_registry: format json reads no schemas
+  - name: h
+    target: t
+    kind: append
+    source:
+      kafka:
+        topic: a
+        format: protobuf
+        schema_registry:
+          url: "ftp://r" #! flows[2].source.kafka.schema_registry.url: is not an http:// or https:// URL
+          username: u #! flows[2].source.kafka.schema_registry.username: needs a password
+  - name: i
+    target: t
+    kind: append
+    source:
+      kafka:
+        topic: a
+        format: avro
+        schema_registry:
+          url: "http://r:8081"
+          tls: {} #! flows[3].source.kafka.schema_registry.tls: applies to an https:// url
+  - name: j
+    target: t
+    kind: append
+    source: {kafka: {topic: a, format: avro, schema_registry: {url: "https://r:8081", username: u, password: p, tls: {ca_file: /etc/ssl/certs/ca-certificates.crt}}}}
 `},
 		{"tombstones", header + tableT + `  - name: u
   - name: w

@@ -1,0 +1,285 @@
+package wire
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/hamba/avro/v2"
+	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/twmb/franz-go/pkg/sr"
+)
+
+// Schema is one writer schema of the registry, compiled.
+type Schema struct {
+	ID    int
+	Type  sr.SchemaType
+	avro  *avroCodec
+	proto *protoCodec
+}
+
+// Field is a scalar field of a schema's records: the path of field names
+// to it through nested records, and the column type its values take.
+type Field struct {
+	Path []string
+	Type batch.Type
+}
+
+// Fields lists the scalar fields a schema's records have, through nested
+// records (not through lists and maps), with the column type each implies:
+// the columns of a table typed by its messages come from them
+// (docs/formats.md#tables-typed-by-a-schema).
+func (s *Schema) Fields() []Field {
+	switch {
+	case s.avro != nil:
+		return avroFields(s.avro.root, nil, nil, map[*anode]bool{})
+	case s.proto != nil:
+		return protoFields(s.proto.root(), nil, nil, 0)
+	}
+	return nil
+}
+
+// compile compiles a registry schema; refs are the texts of the schemas it
+// references by the names it references them with.
+func compile(id int, raw sr.Schema, refs map[string]string) (*Schema, error) {
+	s := &Schema{ID: id, Type: raw.Type}
+	var err error
+	switch raw.Type {
+	case sr.TypeAvro:
+		s.avro, err = compileAvro(raw.Schema, refs)
+	case sr.TypeProtobuf:
+		s.proto, err = compileProto(raw.Schema, refs)
+	case sr.TypeJSON:
+		// JSON Schema: the payload is the JSON text itself.
+	default:
+		err = fmt.Errorf("unknown schema type %q", raw.Type)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Format is what a Decoder expects of the messages it reads.
+type Format uint8
+
+const (
+	// Avro: every value is framed (magic byte 0, the schema id) and its
+	// schema is Avro.
+	Avro Format = iota + 1
+	// Protobuf: every value is framed, with message indexes, and its
+	// schema is Protobuf.
+	Protobuf
+	// Framed: a framed value is decoded by the type its schema has, any
+	// other is left as it is (JSON): Debezium topics of either converter.
+	Framed
+)
+
+func (f Format) String() string {
+	switch f {
+	case Avro:
+		return "avro"
+	case Protobuf:
+		return "protobuf"
+	}
+	return "debezium"
+}
+
+// ReasonUnknownSchema is the dead-letter reason of a message whose schema
+// id the registry does not have.
+const ReasonUnknownSchema = "unknown_schema"
+
+// Guard runs op, the fetch of a schema, retrying it while the registry is
+// unavailable as the caller's policy says (Classifier tells which errors).
+type Guard func(ctx context.Context, what string, op func(context.Context) error) error
+
+// Decoder rewrites messages in the Confluent wire format as the JSON text
+// package decode reads. Not safe for concurrent use; the Registry it reads
+// is.
+type Decoder struct {
+	reg    *Registry
+	format Format
+	guard  Guard
+	r      *avro.Reader
+}
+
+// NewDecoder returns a decoder of format f reading schemas from reg; guard
+// (nil: none) retries registry outages.
+func NewDecoder(reg *Registry, f Format, guard Guard) *Decoder {
+	if guard == nil {
+		guard = func(ctx context.Context, _ string, op func(context.Context) error) error { return op(ctx) }
+	}
+	return &Decoder{reg: reg, format: f, guard: guard, r: avro.NewReader(nil, 0)}
+}
+
+// Result is a batch of records rewritten by Records.
+type Result struct {
+	// Records are the records that decoded, in order: Value (and Key,
+	// when framed) as JSON text, Raw the message's own bytes.
+	Records []batch.Record
+	// DeadLetters are those that did not, with the message's bytes.
+	DeadLetters []batch.DeadLetter
+	// Schemas are the value schemas the records were written with.
+	Schemas []*Schema
+}
+
+// Records decodes recs. The error is a registry that could not be asked
+// (after the guard's retries); a message it cannot decode is a dead
+// letter.
+func (d *Decoder) Records(ctx context.Context, recs []batch.Record) (Result, error) {
+	res := Result{Records: make([]batch.Record, 0, len(recs))}
+	size := 0
+	for i := range recs {
+		size += 2*len(recs[i].Value) + len(recs[i].Key) + 16
+	}
+	buf := make([]byte, 0, size)
+	seen := map[int]*Schema{}
+	failed := map[int]error{}
+	schema := func(id int) (*Schema, error) {
+		if s := seen[id]; s != nil {
+			return s, nil
+		}
+		if err := failed[id]; err != nil {
+			return nil, err
+		}
+		var s *Schema
+		err := d.guard(ctx, fmt.Sprintf("fetch schema id %d", id), func(ctx context.Context) error {
+			var err error
+			s, err = d.reg.Schema(ctx, id)
+			return err
+		})
+		if err != nil {
+			failed[id] = err
+			return nil, err
+		}
+		seen[id] = s
+		return s, nil
+	}
+	for i := range recs {
+		rec := recs[i]
+		out := rec
+		var err error
+		start := len(buf)
+		if rec.Value != nil && (d.format != Framed || framed(rec.Value)) {
+			var s *Schema
+			buf, s, err = d.value(rec.Value, buf, schema)
+			if err == nil {
+				out.Value, out.Raw = buf[start:len(buf):len(buf)], rec.Value
+				if s != nil && !contains(res.Schemas, s) {
+					res.Schemas = append(res.Schemas, s)
+				}
+			}
+		}
+		if err == nil && framed(rec.Key) {
+			start = len(buf)
+			if buf, _, err = d.decode(rec.Key, buf, schema, true); err == nil {
+				out.Key = buf[start:len(buf):len(buf)]
+			} else {
+				err = fmt.Errorf("message key: %w", err)
+			}
+		}
+		if err != nil {
+			if !isRecordError(err) {
+				return Result{}, err
+			}
+			res.DeadLetters = append(res.DeadLetters, deadLetter(&rec, err))
+			buf = buf[:start]
+			continue
+		}
+		res.Records = append(res.Records, out)
+	}
+	return res, nil
+}
+
+func contains(ss []*Schema, s *Schema) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// recordError is a message that does not decode: a dead letter.
+type recordError struct {
+	reason string
+	err    error
+}
+
+func (e *recordError) Error() string { return e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+func undecodable(format string, a ...any) error {
+	return &recordError{reason: batch.ReasonUndecodable, err: fmt.Errorf(format, a...)}
+}
+
+// isRecordError reports whether err is the fault of one message rather
+// than of the registry.
+func isRecordError(err error) bool {
+	var re *recordError
+	var se *SchemaError
+	return errors.As(err, &re) || errors.As(err, &se) || errors.Is(err, ErrUnknownSchema)
+}
+
+func deadLetter(rec *batch.Record, err error) batch.DeadLetter {
+	d := batch.DeadLetter{Source: rec.Topic, Position: rec.Position(), Reason: batch.ReasonUndecodable, Error: err.Error(), Payload: rec.Payload()}
+	var re *recordError
+	if errors.Is(err, ErrUnknownSchema) {
+		d.Reason = ReasonUnknownSchema
+	} else if errors.As(err, &re) {
+		d.Reason = re.reason
+	}
+	return d
+}
+
+// framed reports whether b starts as the Confluent wire format does.
+func framed(b []byte) bool { return len(b) >= 5 && b[0] == 0 }
+
+// value decodes a message value under the decoder's format.
+func (d *Decoder) value(v, out []byte, schema func(int) (*Schema, error)) ([]byte, *Schema, error) {
+	if !framed(v) {
+		return out, nil, undecodable("the message is not in the Schema Registry wire format (a 0 byte, then a 4-byte schema id), as format %s reads", d.format)
+	}
+	return d.decode(v, out, schema, false)
+}
+
+// decode decodes one framed message (a value, or a key when key).
+func (d *Decoder) decode(b, out []byte, schema func(int) (*Schema, error), key bool) ([]byte, *Schema, error) {
+	id := int(binary.BigEndian.Uint32(b[1:5]))
+	s, err := schema(id)
+	if err != nil {
+		return out, nil, err
+	}
+	payload := b[5:]
+	switch {
+	case !key && d.format == Avro && s.Type != sr.TypeAvro, !key && d.format == Protobuf && s.Type != sr.TypeProtobuf:
+		return out, nil, undecodable("schema id %d is %s, and the flow reads format %s", id, typeName(s.Type), d.format)
+	}
+	switch s.Type {
+	case sr.TypeAvro:
+		out, err = s.avro.transcode(d.r, payload, out)
+	case sr.TypeProtobuf:
+		out, err = s.proto.transcode(payload, out)
+	default:
+		out = append(out, payload...)
+	}
+	if err != nil {
+		var re *recordError
+		if !errors.As(err, &re) {
+			err = undecodable("schema id %d: %v", id, err)
+		}
+		return out, nil, err
+	}
+	return out, s, nil
+}
+
+func typeName(t sr.SchemaType) string {
+	switch t {
+	case sr.TypeAvro:
+		return "Avro"
+	case sr.TypeProtobuf:
+		return "Protobuf"
+	}
+	return "JSON Schema"
+}
