@@ -19,7 +19,7 @@ type wireStep struct {
 	names func(string) string
 
 	mu    sync.Mutex
-	ids   map[int]bool          // the value schemas met so far
+	ids   map[string]bool       // the shapes of values met so far (wire.Shape.Key)
 	types map[string]batch.Type // column name -> type, from their fields; replaced, never written, once published
 }
 
@@ -38,7 +38,7 @@ func (r *runner) newWireStep(f *spec.Flow) (*wireStep, error) {
 	guard := func(ctx context.Context, what string, op func(context.Context) error) error {
 		return r.retryWith(ctx, "flow "+f.Name+": "+what, wire.Classifier{}, op)
 	}
-	w := &wireStep{names: r.dataNames(), ids: map[int]bool{}, types: map[string]batch.Type{}}
+	w := &wireStep{names: r.dataNames(), ids: map[string]bool{}, types: map[string]batch.Type{}}
 	w.pool.New = func() any { return wire.NewDecoder(reg, format, guard) }
 	return w, nil
 }
@@ -80,11 +80,11 @@ func (w *wireStep) records(ctx context.Context, recs []batch.Record) ([]batch.Re
 		return nil, nil, err
 	}
 	w.mu.Lock()
-	for _, s := range res.Schemas {
-		if w.ids[s.ID] {
+	for _, s := range res.Shapes {
+		if w.ids[s.Key] {
 			continue
 		}
-		w.ids[s.ID] = true
+		w.ids[s.Key] = true
 		types := maps.Clone(w.types)
 		for _, f := range s.Fields() {
 			name := w.column(f.Path)

@@ -202,14 +202,11 @@ func compileNode(s avro.Schema, named map[string]*anode) (*anode, error) {
 		return n, nil
 	case *avro.FixedSchema:
 		n := &anode{kind: aFixed, size: s.Size()}
-		switch l := s.Logical().(type) {
-		case *avro.DecimalLogicalSchema:
+		if l, ok := s.Logical().(*avro.DecimalLogicalSchema); ok {
 			n.kind, n.scale, n.prec = aDecimalFixed, l.Scale(), l.Precision()
-		case nil:
-		default:
-			if l.Type() == avro.UUID && s.Size() == 16 {
-				n.kind = aUUIDFixed
-			}
+		} else if s.Prop("logicalType") == string(avro.UUID) && s.Size() == 16 {
+			// The library keeps uuid on fixed(16) as a property.
+			n.kind = aUUIDFixed
 		}
 		return n, nil
 	}

@@ -43,10 +43,6 @@ func compileProto(text string, refs map[string]string) (*protoCodec, error) {
 	return &protoCodec{file: fds[0]}, nil
 }
 
-// root is the schema's first message, the one a message of indexes [0]
-// is.
-func (c *protoCodec) root() protoreflect.MessageDescriptor { return c.file.Messages().Get(0) }
-
 // message resolves the message indexes of the wire format to the
 // message type they name.
 func (c *protoCodec) message(idx []int) (protoreflect.MessageDescriptor, error) {
@@ -71,23 +67,23 @@ var confluent sr.ConfluentHeader
 
 // transcode reads the message indexes and the message, and appends it as
 // JSON.
-func (c *protoCodec) transcode(b, out []byte) ([]byte, error) {
+func (c *protoCodec) transcode(b, out []byte) ([]byte, protoreflect.MessageDescriptor, error) {
 	idx, payload, err := confluent.DecodeIndex(b, 64)
 	if err != nil {
-		return out, undecodable("invalid Protobuf message indexes: %v", err)
+		return out, nil, undecodable("invalid Protobuf message indexes: %v", err)
 	}
 	md, err := c.message(idx)
 	if err != nil {
-		return out, err
+		return out, nil, err
 	}
 	m := dynamicpb.NewMessage(md)
 	if err := proto.Unmarshal(payload, m); err != nil {
-		return out, undecodable("invalid Protobuf data for message %s: %v", md.FullName(), err)
+		return out, nil, undecodable("invalid Protobuf data for message %s: %v", md.FullName(), err)
 	}
 	if err := unknownFields(m); err != nil {
-		return out, err
+		return out, nil, err
 	}
-	return appendProto(out, m), nil
+	return appendProto(out, m), md, nil
 }
 
 // unknownFields refuses a message with fields its writer schema does not

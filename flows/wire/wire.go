@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/hamba/avro/v2"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Schema is one writer schema of the registry, compiled.
@@ -26,16 +29,24 @@ type Field struct {
 	Type batch.Type
 }
 
-// Fields lists the scalar fields a schema's records have, through nested
+// Shape is the type of a message's record: a schema id, and of a
+// Protobuf schema the message type the message's indexes name.
+type Shape struct {
+	Key    string // the schema id, and the Protobuf message's full name
+	schema *Schema
+	md     protoreflect.MessageDescriptor
+}
+
+// Fields lists the scalar fields the shape's records have, through nested
 // records (not through lists and maps), with the column type each implies:
 // the columns of a table typed by its messages come from them
-// (docs/formats.md#tables-typed-by-a-schema).
-func (s *Schema) Fields() []Field {
+// (docs/formats.md#tables-typed-by-a-writer-schema).
+func (s Shape) Fields() []Field {
 	switch {
-	case s.avro != nil:
-		return avroFields(s.avro.root, nil, nil, map[*anode]bool{})
-	case s.proto != nil:
-		return protoFields(s.proto.root(), nil, nil, 0)
+	case s.schema.avro != nil:
+		return avroFields(s.schema.avro.root, nil, nil, map[*anode]bool{})
+	case s.md != nil:
+		return protoFields(s.md, nil, nil, 0)
 	}
 	return nil
 }
@@ -120,8 +131,8 @@ type Result struct {
 	Records []batch.Record
 	// DeadLetters are those that did not, with the message's bytes.
 	DeadLetters []batch.DeadLetter
-	// Schemas are the value schemas the records were written with.
-	Schemas []*Schema
+	// Shapes are the types of the records' values, each once.
+	Shapes []Shape
 }
 
 // Records decodes recs. The error is a registry that could not be asked
@@ -162,12 +173,12 @@ func (d *Decoder) Records(ctx context.Context, recs []batch.Record) (Result, err
 		var err error
 		start := len(buf)
 		if rec.Value != nil && (d.format != Framed || framed(rec.Value)) {
-			var s *Schema
-			buf, s, err = d.value(rec.Value, buf, schema)
+			var sh Shape
+			buf, sh, err = d.value(rec.Value, buf, schema)
 			if err == nil {
 				out.Value, out.Raw = buf[start:len(buf):len(buf)], rec.Value
-				if s != nil && !contains(res.Schemas, s) {
-					res.Schemas = append(res.Schemas, s)
+				if !slices.ContainsFunc(res.Shapes, func(x Shape) bool { return x.Key == sh.Key }) {
+					res.Shapes = append(res.Shapes, sh)
 				}
 			}
 		}
@@ -190,15 +201,6 @@ func (d *Decoder) Records(ctx context.Context, recs []batch.Record) (Result, err
 		res.Records = append(res.Records, out)
 	}
 	return res, nil
-}
-
-func contains(ss []*Schema, s *Schema) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // recordError is a message that does not decode: a dead letter.
@@ -237,30 +239,34 @@ func deadLetter(rec *batch.Record, err error) batch.DeadLetter {
 func framed(b []byte) bool { return len(b) >= 5 && b[0] == 0 }
 
 // value decodes a message value under the decoder's format.
-func (d *Decoder) value(v, out []byte, schema func(int) (*Schema, error)) ([]byte, *Schema, error) {
+func (d *Decoder) value(v, out []byte, schema func(int) (*Schema, error)) ([]byte, Shape, error) {
 	if !framed(v) {
-		return out, nil, undecodable("the message is not in the Schema Registry wire format (a 0 byte, then a 4-byte schema id), as format %s reads", d.format)
+		return out, Shape{}, undecodable("the message is not in the Schema Registry wire format (a 0 byte, then a 4-byte schema id), as format %s reads", d.format)
 	}
 	return d.decode(v, out, schema, false)
 }
 
 // decode decodes one framed message (a value, or a key when key).
-func (d *Decoder) decode(b, out []byte, schema func(int) (*Schema, error), key bool) ([]byte, *Schema, error) {
+func (d *Decoder) decode(b, out []byte, schema func(int) (*Schema, error), key bool) ([]byte, Shape, error) {
 	id := int(binary.BigEndian.Uint32(b[1:5]))
 	s, err := schema(id)
 	if err != nil {
-		return out, nil, err
+		return out, Shape{}, err
 	}
+	sh := Shape{Key: strconv.Itoa(id), schema: s}
 	payload := b[5:]
 	switch {
 	case !key && d.format == Avro && s.Type != sr.TypeAvro, !key && d.format == Protobuf && s.Type != sr.TypeProtobuf:
-		return out, nil, undecodable("schema id %d is %s, and the flow reads format %s", id, typeName(s.Type), d.format)
+		return out, sh, undecodable("schema id %d is %s, and the flow reads format %s", id, typeName(s.Type), d.format)
 	}
 	switch s.Type {
 	case sr.TypeAvro:
 		out, err = s.avro.transcode(d.r, payload, out)
 	case sr.TypeProtobuf:
-		out, err = s.proto.transcode(payload, out)
+		out, sh.md, err = s.proto.transcode(payload, out)
+		if sh.md != nil {
+			sh.Key += ":" + string(sh.md.FullName())
+		}
 	default:
 		out = append(out, payload...)
 	}
@@ -269,9 +275,9 @@ func (d *Decoder) decode(b, out []byte, schema func(int) (*Schema, error), key b
 		if !errors.As(err, &re) {
 			err = undecodable("schema id %d: %v", id, err)
 		}
-		return out, nil, err
+		return out, sh, err
 	}
-	return out, s, nil
+	return out, sh, nil
 }
 
 func typeName(t sr.SchemaType) string {
