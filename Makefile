@@ -30,7 +30,7 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./integration/ -timeout 90m
-	$(GO) test -run '^$$' -bench . -benchmem ./flows/decode/ ./sinks/local/ -timeout 30m
+	$(GO) test -run '^$$' -bench . -benchmem ./flows/decode/ ./flows/wire/ ./sinks/local/ -timeout 30m
 
 demo:
 	$(GO) run ./cmd/sluice demo

@@ -341,12 +341,53 @@ func appendAvro(r *avro.Reader, n *anode, out []byte) []byte {
 // appendDecimal writes a two's-complement big-endian unscaled value at
 // scale as decimal text, exactly.
 func appendDecimal(out, b []byte, scale int) []byte {
+	if len(b) > 0 && len(b) <= 8 && scale >= 0 && scale <= 18 {
+		// Most decimals fit an int64: no big.Int on the hot path.
+		x := int64(int8(b[0]))
+		for _, c := range b[1:] {
+			x = x<<8 | int64(c)
+		}
+		return appendScaled(out, x, scale)
+	}
 	var v big.Int
 	v.SetBytes(b)
 	if len(b) > 0 && b[0]&0x80 != 0 {
 		v.Sub(&v, new(big.Int).Lsh(big.NewInt(1), uint(len(b)*8)))
 	}
 	return strconv.AppendQuote(out, scaled(&v, scale))
+}
+
+// appendScaled writes x·10^-scale as a quoted decimal text.
+func appendScaled(out []byte, x int64, scale int) []byte {
+	out = append(out, '"')
+	if x < 0 {
+		out = append(out, '-')
+	}
+	var digits [24]byte
+	d := strconv.AppendUint(digits[:0], absInt64(x), 10)
+	if scale == 0 {
+		out = append(out, d...)
+		return append(out, '"')
+	}
+	if len(d) <= scale {
+		out = append(out, '0', '.')
+		for range scale - len(d) {
+			out = append(out, '0')
+		}
+		out = append(out, d...)
+		return append(out, '"')
+	}
+	out = append(out, d[:len(d)-scale]...)
+	out = append(out, '.')
+	out = append(out, d[len(d)-scale:]...)
+	return append(out, '"')
+}
+
+func absInt64(x int64) uint64 {
+	if x < 0 {
+		return uint64(-(x + 1)) + 1
+	}
+	return uint64(x)
 }
 
 // scaled is the text of v·10^-scale.
