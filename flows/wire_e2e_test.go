@@ -277,6 +277,7 @@ flows:
           - {name: balance, type: "decimal(12,2)", nullable: true}
           - {name: seen, type: timestamp, nullable: true}
           - {name: _source_lsn, type: int64}
+          - {name: _kafka_key, type: string}
 `
 		}
 		s := newStepper(t, broker.Addr(), dest(t), body)
@@ -285,13 +286,13 @@ flows:
 		// Compaction left only key 2's tombstone.
 		s.produceKeyed(topic, key(2), nil)
 		s.update()
-		if got, want := s.rows("customers"), []string{"1,a2,1971-01-01,10.07,2023-11-14T22:13:20.000002Z,30"}; !slices.Equal(got, want) {
+		if got, want := s.rows("customers"), []string{`1,a2,1971-01-01,10.07,2023-11-14T22:13:20.000002Z,30,{"id":1}`}; !slices.Equal(got, want) {
 			t.Errorf("customers\n got %q\nwant %q", got, want)
 		}
 		if got, want := s.rows("customers_history"), []string{
-			"1,a,1971-01-01,10.07,2023-11-14T22:13:20.000002Z,10,10,30",
-			"1,a2,1971-01-01,10.07,2023-11-14T22:13:20.000002Z,30,30,∞",
-			"2,b,1972-01-01,20.07,2023-11-14T22:13:20.000003Z,20,20,20",
+			`1,a,1971-01-01,10.07,2023-11-14T22:13:20.000002Z,10,{"id":1},10,30`,
+			`1,a2,1971-01-01,10.07,2023-11-14T22:13:20.000002Z,30,{"id":1},30,∞`,
+			`2,b,1972-01-01,20.07,2023-11-14T22:13:20.000003Z,20,{"id":2},20,20`,
 		}; !slices.Equal(got, want) {
 			t.Errorf("customers_history\n got %q\nwant %q", got, want)
 		}

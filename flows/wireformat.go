@@ -39,7 +39,12 @@ func (r *runner) newWireStep(f *spec.Flow) (*wireStep, error) {
 		return r.retryWith(ctx, "flow "+f.Name+": "+what, wire.Classifier{}, op)
 	}
 	w := &wireStep{names: r.dataNames(), ids: map[string]bool{}, types: map[string]batch.Type{}}
-	w.pool.New = func() any { return wire.NewDecoder(reg, format, guard) }
+	keyText := k.KeyFormatOrDefault() == "string"
+	w.pool.New = func() any {
+		d := wire.NewDecoder(reg, format, guard)
+		d.KeyText = keyText
+		return d
+	}
 	return w, nil
 }
 

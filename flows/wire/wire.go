@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -113,6 +114,10 @@ type Decoder struct {
 	format Format
 	guard  Guard
 	r      *avro.Reader
+	// KeyText makes a framed key whose record is a string (an Avro
+	// "string" key schema) its text, unquoted: the source's key_format
+	// string names the key column's value by its text.
+	KeyText bool
 }
 
 // NewDecoder returns a decoder of format f reading schemas from reg; guard
@@ -186,6 +191,12 @@ func (d *Decoder) Records(ctx context.Context, recs []batch.Record) (Result, err
 			start = len(buf)
 			if buf, _, err = d.decode(rec.Key, buf, schema, true); err == nil {
 				out.Key = buf[start:len(buf):len(buf)]
+				if d.KeyText && len(out.Key) > 0 && out.Key[0] == '"' {
+					var text string
+					if json.Unmarshal(out.Key, &text) == nil {
+						out.Key = []byte(text)
+					}
+				}
 			} else {
 				err = fmt.Errorf("message key: %w", err)
 			}

@@ -159,6 +159,13 @@ func TestFramedKeys(t *testing.T) {
 		string(res.Records[1].Value) != `{"op":"c"}` || res.Records[1].Raw != nil {
 		t.Errorf("records %+v", res.Records)
 	}
+	// A string key schema, under key_format: string, is its text.
+	sid := register(t, fake, "ks", sr.Schema{Schema: `"string"`})
+	d.KeyText = true
+	res, err = d.Records(context.Background(), []batch.Record{{Key: frame(sid, []byte{6, 'a', '"', 'b'}), Value: nil}})
+	if err != nil || len(res.Records) != 1 || string(res.Records[0].Key) != `a"b` {
+		t.Errorf("string key %+v, %v; want its text a\"b", res.Records, err)
+	}
 }
 
 // TestRegistryOutage tells an unreachable registry (retryable, naming the
