@@ -120,6 +120,9 @@ type RecordBatch struct {
 	// the Next of the previous batch.
 	From    int64
 	Next    int64 // offset after the last record
-	Records []batch.Record
+	// HighWater is the partition's high watermark as the consumer last
+	// saw it: HighWater - Next records were behind this batch.
+	HighWater int64
+	Records   []batch.Record
 	Bytes   int // sum of key and value lengths
 }

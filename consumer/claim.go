@@ -306,6 +306,7 @@ func (l *claimLoop) flush() bool {
 		Generation: l.sess.GenerationID(),
 		From:       l.prev,
 		Next:       l.recs[len(l.recs)-1].Offset + 1,
+		HighWater:  l.claim.HighWaterMarkOffset(),
 		Records:    l.recs,
 		Bytes:      l.bytes,
 	}

@@ -396,6 +396,7 @@ func writeDeadLetters(ctx context.Context, ld sinks.Load, dls []batch.DeadLetter
 	if len(dls) == 0 {
 		return nil
 	}
+	countDeadLetters(ctx, dls)
 	return ld.Write(ctx, batch.DeadLettersTable, batch.DeadLetterBatch(dls))
 }
 

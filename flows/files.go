@@ -203,6 +203,7 @@ func (r *runner) filesPass(ctx context.Context, f *spec.Flow, h batchHandler) (d
 	defer stop()
 	fl := &fileLoader{f: f, h: h, rs: rs, start: make(map[string]int64, len(todo)), slot: func(name string) string { return name },
 		progress: progress}
+	r.opts.Metrics.FilesRemaining(r.p.Pipeline, f.Name, len(todo))
 	for _, file := range todo {
 		fl.start[file.Name] = pos[file.Name].RowGroup
 	}
@@ -238,6 +239,7 @@ type fileLoader struct {
 	filter   func(*backfill.Chunk) error
 	progress *backfill.Progress
 	rows     int64 // rows committed
+	left     int   // files not read to their end; under the loads' lock
 }
 
 // loadFiles loads files with fl.
@@ -272,10 +274,16 @@ func (r *runner) loadFiles(ctx context.Context, fl *fileLoader, files []backfill
 		r.log.Debug("file chunk committed", "flow", f.Name, "file", ch.File, "next", ch.Next, "done", ch.Done)
 		ls.mu.Lock()
 		fl.rows += p.rows
+		r.opts.Metrics.RecordsRead(r.p.Pipeline, f.Name, int(ch.Next-ls.from[ch.File]))
 		ls.from[ch.File] = ch.Next
+		if ch.Done {
+			fl.left--
+			r.opts.Metrics.FilesRemaining(r.p.Pipeline, f.Name, max(fl.left, 0))
+		}
 		ls.mu.Unlock()
 		return nil
 	}
+	fl.left = len(files)
 	err := backfill.ReadFiles(ctx, files, backfill.ReadFilesOptions{
 		Parallel: f.Source.Files.Parallel,
 		Open: func(_ context.Context, file backfill.File) (backfill.Reader, error) {

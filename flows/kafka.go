@@ -105,6 +105,7 @@ func (kf *kafkaFlow) Busy() bool {
 
 // Process loads one batch and returns once its ledger row is written.
 func (kf *kafkaFlow) Process(ctx context.Context, rb *consumer.RecordBatch) error {
+	kf.r.opts.Metrics.RecordsRead(kf.r.p.Pipeline, kf.flow.Name, len(rb.Records))
 	if rb.From < 0 && len(rb.Records) > 0 {
 		// The flow's first read of this partition: a later full refresh
 		// checks that retention still holds this offset.
@@ -149,6 +150,14 @@ func (kf *kafkaFlow) load(ctx context.Context, p *prepared, rbs []*consumer.Reco
 	kf.rows.Add(p.rows)
 	kf.deadLetters.Add(p.deadLetters)
 	kf.loads.Add(1)
+	if m := kf.r.opts.Metrics; m != nil {
+		for _, rb := range rbs {
+			m.Lag(kf.r.p.Pipeline, kf.flow.Name, rb.Topic, rb.Partition, rb.HighWater-rb.Next)
+		}
+		if h, ok := kf.handler.(*cdcHandler); ok {
+			m.CacheBytes(kf.r.p.Pipeline, kf.flow.Name, h.target.cache.Bytes())
+		}
+	}
 	for _, rb := range rbs {
 		kf.log.Debug("load committed", "topic", rb.Topic, "partition", rb.Partition,
 			"from", rb.From, "next", rb.Next, "rows", p.rows, "dead_letters", p.deadLetters, "partitions", len(rbs))

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/sinks"
 )
 
@@ -85,10 +87,14 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 		}
 	}
 	attempts := 0
+	var t *tally
+	ctx = withFlow(ctx, f.Name)
 	err = r.retry(ctx, "load", func(ctx context.Context) error {
 		if attempts++; attempts > 1 && p.again != nil {
 			p.again()
 		}
+		t = &tally{}
+		ctx = context.WithValue(ctx, tallyKey{}, t)
 		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{
 			LoadID:     newLoadID(),
 			Pipeline:   r.p.Pipeline,
@@ -99,14 +105,22 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 		if err != nil {
 			return err
 		}
+		began := time.Now()
 		err = p.write(ctx, ld)
 		hash, vb, versionDone := r.claimVersion(f)
 		if err == nil && vb != nil {
 			err = ld.Write(ctx, batch.VersionTable, vb)
 		}
 		if err == nil {
+			t.write = time.Since(began)
 			c.Rows, c.DeadLetters, c.SchemaHash = p.rows, p.deadLetters, hash
+			began = time.Now()
 			err = ld.Commit(ctx, c)
+			t.commit = time.Since(began)
+			if ph, ok := ld.(sinks.Phased); ok {
+				t.publish = ph.PublishTime()
+				t.commit -= t.publish
+			}
 		}
 		if versionDone != nil {
 			versionDone(err == nil)
@@ -115,11 +129,21 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 			if aerr := ld.Abort(context.WithoutCancel(ctx)); aerr != nil {
 				r.log.Warn("load not aborted; recovery removes it", "flow", f.Name, "err", aerr)
 			}
+			outcome := metrics.OutcomeFailed
+			if errors.Is(err, sinks.ErrStale) {
+				outcome = metrics.OutcomeStale
+			}
+			r.opts.Metrics.LoadFailed(r.p.Pipeline, f.Name, outcome)
 		}
 		return err
 	})
 	if err == nil {
 		ownCommit = true
+		phases := map[string]time.Duration{metrics.PhaseWrite: t.write, metrics.PhaseCommit: t.commit}
+		if t.publish > 0 {
+			phases[metrics.PhasePublish] = t.publish
+		}
+		r.opts.Metrics.Committed(r.p.Pipeline, f.Name, f.Target, p.rows, t.reasons, phases)
 		return nil
 	}
 	if !errors.Is(err, sinks.ErrStale) || len(c.From) == 0 {
@@ -146,6 +170,29 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 		}
 	}
 	return se
+}
+
+// tally is what one load attempt wrote, for its metrics.
+type tally struct {
+	reasons                map[string]int64 // dead letters by reason
+	write, commit, publish time.Duration
+}
+
+type tallyKey struct{}
+
+// countDeadLetters adds dls to the tally of the load attempt ctx belongs
+// to, if any.
+func countDeadLetters(ctx context.Context, dls []batch.DeadLetter) {
+	t, _ := ctx.Value(tallyKey{}).(*tally)
+	if t == nil {
+		return
+	}
+	if t.reasons == nil {
+		t.reasons = map[string]int64{}
+	}
+	for _, d := range dls {
+		t.reasons[d.Reason]++
+	}
 }
 
 // heads reads the heads of the slots of a flow's positions from the

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/flows/wire"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/sinks"
 )
 
@@ -103,6 +104,10 @@ type Options struct {
 	// Checkpoints, when set, wraps the pipeline's checkpoint store (tests
 	// inject faults with it).
 	Checkpoints func(checkpoint.Store) checkpoint.Store
+
+	// Metrics, when set, records the run's metrics and readiness
+	// (docs/operations.md#metrics); nil records nothing.
+	Metrics *metrics.Set
 }
 
 // ErrRunAlive is returned by an update while a run of the pipeline is alive.
@@ -272,9 +277,16 @@ func (r *runner) execute(ctx context.Context) error {
 		}
 	}
 
+	names := make([]string, len(r.p.Flows))
+	for i := range r.p.Flows {
+		names[i] = r.p.Flows[i].Name
+	}
+	r.opts.Metrics.Expect(names)
 	// runFlow runs flow i; a flow's error names it.
 	runFlow := func(ctx context.Context, i int) error {
 		f, h := &r.p.Flows[i], handlers[i]
+		ctx = withFlow(ctx, f.Name)
+		r.opts.Metrics.FlowStarted(f.Name)
 		var err error
 		switch {
 		case f.Kind == spec.KindAutoCDCFromSnapshot:
@@ -287,6 +299,7 @@ func (r *runner) execute(ctx context.Context) error {
 		if err == nil || r.stopped(ctx, err) {
 			return nil
 		}
+		r.opts.Metrics.FlowFailing(f.Name, err)
 		return fmt.Errorf("flow %s: %w", f.Name, err)
 	}
 	// A CDC target's flows run under its lease, with its expiry; every
@@ -454,6 +467,32 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// flowKey is the context key of the flow an operation is for.
+type flowKey struct{}
+
+// withFlow marks ctx as the context of flow f's operations: their retries
+// are counted, and their failures make readiness name it.
+func withFlow(ctx context.Context, f string) context.Context {
+	return context.WithValue(ctx, flowKey{}, f)
+}
+
+func flowOf(ctx context.Context) string {
+	f, _ := ctx.Value(flowKey{}).(string)
+	return f
+}
+
+// recovered notes an operation that succeeded after failing: readiness
+// and the log say the component answers again.
+func (r *runner) recovered(component, flow, what string, attempts int, after time.Duration) {
+	if component == "destination" {
+		r.opts.Metrics.Destination(nil)
+	}
+	if flow != "" {
+		r.opts.Metrics.FlowFailing(flow, nil)
+	}
+	r.log.Info(component+" recovered", "op", what, "attempts", attempts, "after", after.Round(time.Millisecond).String())
+}
+
 // retry runs op until it succeeds, fails with an error the sink does not
 // classify as retryable, or (in update mode) RetryFor has passed. Retryable
 // failures are logged at Warn with a growing backoff.
@@ -471,10 +510,21 @@ func (r *runner) retryWith(ctx context.Context, what string, c sinks.Classifier,
 	if n, ok := c.(interface{ Component() string }); ok {
 		component = n.Component()
 	}
+	flow := flowOf(ctx)
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
+		if err == nil && attempt > 1 {
+			r.recovered(component, flow, what, attempt, time.Since(start))
+		}
 		if err == nil || c == nil || !c.Retryable(err) {
 			return err
+		}
+		r.opts.Metrics.Retry(r.p.Pipeline, flow, component)
+		if component == "destination" {
+			r.opts.Metrics.Destination(err)
+		}
+		if flow != "" {
+			r.opts.Metrics.FlowFailing(flow, err)
 		}
 		if r.opts.Mode == ModeUpdate && time.Since(start) > r.opts.RetryFor {
 			return fmt.Errorf("%s: still failing after %s: %w", what, r.opts.RetryFor, err)

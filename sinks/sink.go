@@ -128,6 +128,12 @@ type Load interface {
 	Abort(ctx context.Context) error
 }
 
+// Phased is a load that tells, after Commit, how much of Commit's time
+// went to publishing it after its commit point (sluice_load_duration_seconds).
+type Phased interface {
+	PublishTime() time.Duration
+}
+
 // FlowTotals are the counts of a flow's committed loads.
 type FlowTotals struct {
 	Loads       int64

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
 
@@ -20,13 +21,14 @@ func newUpdate(g *globals) *cobra.Command {
 		allowDataLoss bool
 		expire        bool
 		dev           bool
+		metricsAddr   string
 	)
 	cmd := &cobra.Command{
 		Use:   "update",
 		Short: "Process everything available when it starts, commit, exit 0",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := g.execute(cmd, dev, flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
+			err := g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
 				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Expire: expire, Progress: cmd.ErrOrStderr()})
 			if errors.Is(err, flows.ErrUnknownFlow) {
 				return &exitError{code: exitUsage, err: err}
@@ -39,28 +41,36 @@ func newUpdate(g *globals) *cobra.Command {
 	cmd.Flags().StringSliceVar(&refresh, "refresh", nil, "empty the targets of these flows (FLOW[,FLOW]) and replay every flow writing them from the start")
 	cmd.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false, "refresh even when a Kafka source no longer holds a flow's first offset")
 	cmd.Flags().BoolVar(&dev, "dev", false, devUsage)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", metricsUsage)
 	cmd.Flags().BoolVar(&expire, "expire", false, "then go over every CDC target's key states and forget what tombstone_retention let expire, and compact ClickHouse CDC targets whose removal markers pass a tenth of their rows, as run does periodically")
 	return cmd
 }
+
+// metricsUsage is the --metrics-addr flag's help.
+const metricsUsage = "serve /metrics, /healthz and /readyz on this address (host:port), overriding the spec's metrics.listen"
 
 // devUsage is the --dev flag's help.
 const devUsage = "write into a fresh dataset of this run's own: the ClickHouse database <database>_<UTC time>, or the folder <path>_<UTC time> beside the local destination"
 
 func newRun(g *globals) *cobra.Command {
-	var dev bool
+	var (
+		dev         bool
+		metricsAddr string
+	)
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run continuously until SIGINT/SIGTERM, then drain, commit and exit 0",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.execute(cmd, dev, flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr()})
+			return g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr()})
 		},
 	}
 	cmd.Flags().BoolVar(&dev, "dev", false, devUsage)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", metricsUsage)
 	return cmd
 }
 
-func (g *globals) execute(cmd *cobra.Command, dev bool, opts flows.Options) error {
+func (g *globals) execute(cmd *cobra.Command, dev bool, metricsAddr string, opts flows.Options) error {
 	ctx := cmd.Context()
 	log, err := g.logger()
 	if err != nil {
@@ -72,6 +82,20 @@ func (g *globals) execute(cmd *cobra.Command, dev bool, opts flows.Options) erro
 	}
 	if dev {
 		fmt.Fprintf(cmd.OutOrStdout(), "dev mode: writing into %s\n", p.DevDataset(time.Now()))
+	}
+	if metricsAddr == "" && p.Metrics != nil {
+		metricsAddr = p.Metrics.Listen
+	}
+	if metricsAddr != "" {
+		// Served before anything connects: /healthz answers, and /readyz
+		// says what it waits for, while the destination is still down.
+		opts.Metrics = metrics.New()
+		srv, err := metrics.Serve(metricsAddr, opts.Metrics)
+		if err != nil {
+			return fmt.Errorf("metrics: listen on %s: %w", metricsAddr, err)
+		}
+		defer srv.Close()
+		log.Info("serving metrics", "addr", srv.Addr(), "paths", "/metrics /healthz /readyz")
 	}
 	// The sink outlives the signal: a drain after SIGTERM still commits.
 	sink, err := destination.Open(context.WithoutCancel(ctx), p, log)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -49,6 +50,8 @@ type load struct {
 	s    *Sink
 	meta sinks.LoadMeta
 	enc  string
+	// publish is how long publishing took after the commit point.
+	publish time.Duration
 
 	mu     sync.Mutex
 	state  loadState
@@ -365,6 +368,9 @@ func (l *load) stateName() string {
 
 // Commit takes the locks of the load's From slots, checks the chain, writes
 // the ledger row (the commit point) and publishes the staged partitions.
+// PublishTime implements sinks.Phased.
+func (l *load) PublishTime() time.Duration { return l.publish }
+
 func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -441,7 +447,10 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 		s.log.Warn("locks not released; the next writer of the slot removes them", "load", l.meta.LoadID, "err", err)
 	}
 	s.log.Debug("load committed", "load", l.meta.LoadID, "flow", l.meta.Flow, "to", c.To.Encode(), "rows", c.Rows)
-	if err := s.publish(ctx, l); err != nil {
+	published := time.Now()
+	err = s.publish(ctx, l)
+	l.publish = time.Since(published)
+	if err != nil {
 		s.setPending(l, unpublished)
 		return chsql.Transient("clickhouse: load %s is committed; publishing it failed and is retried: %w", l.meta.LoadID, err)
 	}

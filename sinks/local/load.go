@@ -19,12 +19,13 @@ import (
 // load is a load being staged. It is not safe for concurrent use; loads of
 // one Sink run in parallel.
 type load struct {
-	s      *Sink
-	meta   sinks.LoadMeta
-	dir    string       // its staging folder
-	lk     *flock.Flock // held while the load lives, so Recover leaves it alone
-	tables map[string]*tableFiles
-	order  []string // tables in the order first written
+	s       *Sink
+	meta    sinks.LoadMeta
+	publish time.Duration // how long publishing took after the commit point
+	dir     string        // its staging folder
+	lk      *flock.Flock  // held while the load lives, so Recover leaves it alone
+	tables  map[string]*tableFiles
+	order   []string // tables in the order first written
 	// cdc holds the changes staged for CDC targets (Upsert, Remove,
 	// TruncateBelow, PutState), cdcOrder their tables in order.
 	cdc      map[string]*cdcStage
@@ -272,6 +273,9 @@ func (l *load) stagedFiles() int {
 // Commit finishes and syncs the staged files, then under the destination
 // lock checks the load against the ledger, appends its ledger line (the
 // commit point) and publishes it.
+// PublishTime implements sinks.Phased.
+func (l *load) PublishTime() time.Duration { return l.publish }
+
 func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	if err := l.usable(); err != nil {
 		return err
@@ -372,7 +376,10 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	l.finish()
 	// Past the commit point publishing runs to its end: a cancelled context
 	// would only leave the load for the next commit or Recover to publish.
-	if err := s.publishPending(context.WithoutCancel(ctx), !s.syncStates); err != nil {
+	published := time.Now()
+	err = s.publishPending(context.WithoutCancel(ctx), !s.syncStates)
+	l.publish = time.Since(published)
+	if err != nil {
 		return fmt.Errorf("local: load %s is committed; publishing failed and is retried by the next commit or Recover: %w",
 			l.meta.LoadID, err)
 	}
