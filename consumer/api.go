@@ -118,11 +118,11 @@ type RecordBatch struct {
 	// From is the position this batch continues from: the ledger position on
 	// the first batch of an assignment (-1 when the ledger had none), then
 	// the Next of the previous batch.
-	From    int64
-	Next    int64 // offset after the last record
+	From int64
+	Next int64 // offset after the last record
 	// HighWater is the partition's high watermark as the consumer last
 	// saw it: HighWater - Next records were behind this batch.
 	HighWater int64
 	Records   []batch.Record
-	Bytes   int // sum of key and value lengths
+	Bytes     int // sum of key and value lengths
 }
