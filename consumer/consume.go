@@ -42,7 +42,7 @@ func Consume(ctx context.Context, cfg Config, h Handler) error {
 	}
 	client, err := sarama.NewClient(cfg.Brokers, cfg.saramaConfig())
 	if err != nil {
-		return fmt.Errorf("consumer: connect to %v: %w", cfg.Brokers, err)
+		return &ConnectError{Brokers: cfg.Brokers, TLS: cfg.TLS != nil, Err: err}
 	}
 	defer client.Close()
 
@@ -100,6 +100,37 @@ func Consume(ctx context.Context, cfg Config, h Handler) error {
 	}
 	<-errsDone
 	return r.failure()
+}
+
+// ConnectError is a Consume that could not reach any of its brokers:
+// nothing was read, so trying again later is safe.
+type ConnectError struct {
+	Brokers []string
+	TLS     bool
+	Err     error
+}
+
+func (e *ConnectError) Error() string {
+	hint := " (are the brokers up, and kafka.brokers right?)"
+	if e.TLS {
+		hint = " (are the brokers up, and is each a TLS listener, as kafka.tls asks?)"
+	}
+	return fmt.Sprintf("consumer: connect to %v: %v%s", e.Brokers, e.Err, hint)
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Connecting tells the runner's retries which errors to retry: a
+// ConnectError.
+type Connecting struct{}
+
+// Component names the brokers in retry log lines.
+func (Connecting) Component() string { return "broker" }
+
+// Retryable reports whether err is a ConnectError.
+func (Connecting) Retryable(err error) bool {
+	var ce *ConnectError
+	return errors.As(err, &ce)
 }
 
 // runner is the consumer group handler of one Consume call.

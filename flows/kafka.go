@@ -44,7 +44,11 @@ func (r *runner) runKafkaFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 	}
 	kf.log.Info("flow starting", "kind", f.Kind, "topic", cfg.Topic, "group", cfg.Group, "mode", r.opts.Mode.String())
 	start := time.Now()
-	err = consumer.Consume(ctx, cfg, kf)
+	// Brokers not reachable yet are waited for as a destination is: run
+	// until stopped, update for RetryFor.
+	err = r.retryWith(ctx, "connect to the brokers", consumer.Connecting{}, func(ctx context.Context) error {
+		return consumer.Consume(ctx, cfg, kf)
+	})
 	kf.log.Info("flow stopped", "rows", kf.rows.Load(), "dead_letters", kf.deadLetters.Load(),
 		"loads", kf.loads.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
 	return err

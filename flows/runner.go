@@ -531,7 +531,9 @@ func (r *runner) retryWith(ctx context.Context, what string, c sinks.Classifier,
 		}
 		r.log.Warn(component+" failing; retrying", "op", what, "attempt", attempt, "backoff", backoff, "err", err)
 		if serr := sleep(ctx, backoff); serr != nil {
-			return err
+			// Stopped while waiting: the stop, which a run takes for no
+			// error, and what it waited on.
+			return fmt.Errorf("%w while retrying %s: %w", serr, what, err)
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}

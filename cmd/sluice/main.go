@@ -25,6 +25,9 @@ const (
 	exitOK    = 0
 	exitFail  = 1
 	exitUsage = 2
+	// exitInterrupted is a command a signal stopped before it ended (128
+	// + SIGINT, as shells report it).
+	exitInterrupted = 130
 )
 
 // exitError carries an exit code up to main.
@@ -61,6 +64,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, problems.Error())
 		fmt.Fprintf(stderr, "spec invalid: %d problem(s)\n", len(problems))
 		return exitUsage
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Not a crash: the loads committed before the signal are kept,
+		// and the next start resumes after them.
+		fmt.Fprintln(stderr, "sluice: stopped by a signal: every load committed before it is kept, none is half done; run the command again to resume")
+		return exitInterrupted
 	}
 	fmt.Fprintln(stderr, "sluice:", err)
 	var ee *exitError

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
 
@@ -97,8 +100,7 @@ func (g *globals) execute(cmd *cobra.Command, dev bool, metricsAddr string, opts
 		defer srv.Close()
 		log.Info("serving metrics", "addr", srv.Addr(), "paths", "/metrics /healthz /readyz")
 	}
-	// The sink outlives the signal: a drain after SIGTERM still commits.
-	sink, err := destination.Open(context.WithoutCancel(ctx), p, log)
+	sink, err := openDestination(ctx, p, log, opts)
 	if err != nil {
 		return err
 	}
@@ -110,4 +112,50 @@ func (g *globals) execute(cmd *cobra.Command, dev bool, metricsAddr string, opts
 		return nil
 	}
 	return err
+}
+
+// openDestination opens the pipeline's destination, waiting for one that
+// does not answer yet as a destination failing mid-run is waited for: run
+// until stopped, update for --retry-for. A signal ends the wait at once.
+func openDestination(ctx context.Context, p *spec.Pipeline, log *slog.Logger, opts flows.Options) (sinks.Sink, error) {
+	retryFor := opts.RetryFor
+	if retryFor <= 0 {
+		retryFor = flows.DefaultRetryFor
+	}
+	start := time.Now()
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		// The sink outlives the signal: a drain after SIGTERM still
+		// commits. Each attempt is bounded by the destination's dial
+		// timeout, and ends when the signal comes.
+		octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopOnSignal := context.AfterFunc(ctx, cancel)
+		sink, err := destination.Open(octx, p, log)
+		stopOnSignal()
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("destination recovered", "op", "open", "attempts", attempt, "after", time.Since(start).Round(time.Millisecond).String())
+			}
+			opts.Metrics.Destination(nil)
+			return sink, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w while connecting to the destination: %w", ctx.Err(), err)
+		}
+		if !destination.Retryable(p, err) {
+			return nil, err
+		}
+		opts.Metrics.Destination(err)
+		if opts.Mode == flows.ModeUpdate && time.Since(start) > retryFor {
+			return nil, fmt.Errorf("open the destination: still failing after %s: %w", retryFor, err)
+		}
+		log.Warn("destination failing; retrying", "op", "open", "attempt", attempt, "backoff", backoff.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w while connecting to the destination: %w", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/flows/spec"
 	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/clickhouse"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 	"github.com/sluicehq/sluice/sinks/local"
 )
 
@@ -37,4 +38,15 @@ func Open(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Sink, 
 		})
 	}
 	return nil, errors.New("spec has no destination")
+}
+
+// Retryable reports whether Open's error err may pass when tried again:
+// a ClickHouse server that does not answer yet (refused, timed out,
+// overloaded), as opposed to a refusal such as bad credentials or a bad
+// setting. Opening a local destination is not retried.
+func Retryable(p *spec.Pipeline, err error) bool {
+	if p.Destination.ClickHouse == nil {
+		return false
+	}
+	return chsql.Retryable(err)
 }
