@@ -40,8 +40,18 @@ func Consume(ctx context.Context, cfg Config, h Handler) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if cfg.TLS != nil {
+		if err := probeTLS(ctx, cfg.Brokers, cfg.TLS); err != nil {
+			return err
+		}
+	}
 	client, err := sarama.NewClient(cfg.Brokers, cfg.saramaConfig())
 	if err != nil {
+		if cfg.TLS == nil {
+			if perr := probeTLS(ctx, cfg.Brokers, nil); perr != nil {
+				return perr
+			}
+		}
 		return &ConnectError{Brokers: cfg.Brokers, TLS: cfg.TLS != nil, Err: err}
 	}
 	defer client.Close()
