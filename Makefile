@@ -8,7 +8,7 @@ RACE_PKGS := ./consumer/... ./sinks/... ./flows/... ./checkpoint/... ./cdc/... .
 all: build
 
 build:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -trimpath -o bin/sluice ./cmd/sluice
 
 # A throwaway ClickHouse server for the tests (scripts/clickhouse-test-server
 # installs the package when it is missing and runs as root). With CI=true a

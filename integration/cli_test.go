@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -283,4 +285,23 @@ func TestDevMode(t *testing.T) {
 			t.Cleanup(func() { d.conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dataset) })
 		}
 	})
+}
+
+// TestStaticBuildVersion builds sluice as the release does (no cgo: one
+// static binary for any Linux image) and runs `version`.
+func TestStaticBuildVersion(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	build := exec.Command("go", "build", "-buildvcs=auto", "-trimpath", "-o", bin, "../cmd/sluice")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := string(out); !strings.HasPrefix(v, "sluice ") || !strings.Contains(v, "(commit ") || !strings.Contains(v, runtime.Version()) {
+		t.Errorf("version printed %q", v)
+	}
 }

@@ -154,6 +154,7 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 		newShow(g),
 		newDevKafka(g),
 		newDemo(g),
+		newVersion(g),
 	)
 	return root, g
 }

@@ -205,8 +205,10 @@ func (d *decoder) envProblems(n ast.Node, path string) bool {
 	return true
 }
 
-// expandEnv replaces ${VAR} with the variable's value and $${ with a literal
-// ${. It reports every unset variable and malformed reference.
+// expandEnv replaces ${VAR} with the variable's value, ${VAR:-default}
+// with it or, when unset or empty, the default, and $${ with a literal ${.
+// It reports every unset variable (${VAR:?message} with its message) and
+// malformed reference.
 func expandEnv(s string, lookup func(string) (string, bool)) (string, []error) {
 	var b strings.Builder
 	var errs []error
@@ -232,12 +234,27 @@ func expandEnv(s string, lookup func(string) (string, bool)) (string, []error) {
 			b.WriteString(s[i:])
 			break
 		}
-		name := s[i+2 : i+2+end]
+		ref := s[i+2 : i+2+end]
+		// ${VAR:-default} when VAR is unset or empty; ${VAR:?message} fails
+		// with the message then, as POSIX shells do.
+		name, op, arg := ref, "", ""
+		if j := strings.Index(ref, ":-"); j >= 0 {
+			name, op, arg = ref[:j], ":-", ref[j+2:]
+		} else if j := strings.Index(ref, ":?"); j >= 0 {
+			name, op, arg = ref[:j], ":?", ref[j+2:]
+		}
 		switch val, ok := lookup(name); {
 		case !isVarName(name):
-			errs = append(errs, fmt.Errorf("invalid variable name %q in ${%s} (write $${ for a literal ${)", name, name))
+			errs = append(errs, fmt.Errorf("invalid variable name %q in ${%s} (write $${ for a literal ${)", name, ref))
+		case op == ":-" && (!ok || val == ""):
+			b.WriteString(arg)
+		case op == ":?" && (!ok || val == ""):
+			if arg == "" {
+				arg = "not set"
+			}
+			errs = append(errs, fmt.Errorf("environment variable %s: %s", name, arg))
 		case !ok:
-			errs = append(errs, fmt.Errorf("environment variable %s is not set", name))
+			errs = append(errs, fmt.Errorf("environment variable %s is not set (write ${%s:-default} for a default)", name, name))
 		default:
 			b.WriteString(val)
 		}

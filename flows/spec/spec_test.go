@@ -324,6 +324,13 @@ func TestEnv(t *testing.T) {
 		{"unset under an unknown key", "pasword: \"${NOPE}\" #! destination.clickhouse.pasword: did you mean #! : NOPE is not set", nil, ""},
 		{"not in keys", "${PW}: x #! destination.clickhouse.${PW}: unknown key", map[string]string{"PW": "password"}, ""},
 		{"int field", "dial_timeout: ${T}", map[string]string{"T": "3s"}, ""},
+		{"default when unset", "password: \"${PW:-dflt}\"", nil, "dflt"},
+		{"default when empty", "password: \"${PW:-dflt}\"", map[string]string{"PW": ""}, "dflt"},
+		{"default not used", "password: \"${PW:-dflt}\"", map[string]string{"PW": "x"}, "x"},
+		{"empty default", "password: \"a${PW:-}b\"", nil, "ab"},
+		{"required set", "password: \"${PW:?set the password}\"", map[string]string{"PW": "x"}, "x"},
+		{"required unset", "password: \"${PW:?set PW to the ClickHouse password}\" #! destination.clickhouse.password: environment variable PW: set PW to the ClickHouse password", nil, ""},
+		{"required empty", "password: \"${PW:?}\" #! destination.clickhouse.password: environment variable PW: not set", map[string]string{"PW": ""}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
