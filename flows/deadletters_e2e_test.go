@@ -2,6 +2,7 @@ package flows_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/flows"
+	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
 
@@ -224,6 +226,33 @@ func TestDeadLettersReplayCDCOlderThanLive(t *testing.T) {
 				}
 				if got := fixed.rows("customers"); !slices.Equal(got, want) {
 					t.Fatalf("after the second replay: %v, want %v", got, want)
+				}
+
+				// While another process holds the target's lease (a run), a
+				// replay of its flows is refused, naming the remedy.
+				fixed.produce(topic, `{"id":3,"name":"x","seq":1,"bad":1}`, `{"id":"three","name":"x","seq":1}`)
+				fixed.update()
+				ctx := context.Background()
+				sink, err := destination.Open(ctx, fixed.p, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sink.Close()
+				if err := sink.(sinks.Leaser).AcquireLease(ctx, "customers", "another-run", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				other, err := destination.Open(ctx, fixed.p, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer other.Close()
+				rep, err = flows.ReplayDeadLetters(ctx, fixed.p, other, flows.Options{LeaseTTL: 300 * time.Millisecond,
+					HeartbeatEvery: 200 * time.Millisecond, HeartbeatTTL: time.Second}, flows.DeadLetterFilter{})
+				if !errors.Is(err, flows.ErrTargetBusy) || !strings.Contains(err.Error(), "stop the run") || rep.Replayed != 0 {
+					t.Fatalf("replay beside a lease holder: %v, %+v; want ErrTargetBusy", err, rep)
+				}
+				if got := fixed.pending(); len(got) != 1 || !strings.HasSuffix(got[0], " type_mismatch") {
+					t.Fatalf("pending beside a lease holder: %v", got)
 				}
 			})
 		}
