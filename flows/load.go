@@ -74,7 +74,16 @@ func slotText(p batch.Position) string {
 // ledger row is written. It returns a *staleError when another writer moved
 // a slot, the last error when retrying gave up, and nil when the batch is
 // committed, by this load or, as its heads show, by an earlier attempt.
-func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64, p *prepared, c sinks.Commit) (err error) {
+func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64, p *prepared, c sinks.Commit) error {
+	return r.commitAs(ctx, f, f.Name, generation, p, c, true)
+}
+
+// commitAs is commitLoad with the ledger flow whose chain the load
+// continues named (a dead-letter replay keeps a chain of its own beside
+// the flow's, deadletters.go). byHeads says whether heads standing at c.To
+// after a stale refusal mean the batch is committed: not when the slot's
+// positions do not tell batches apart, and the caller reads again instead.
+func (r *runner) commitAs(ctx context.Context, f *spec.Flow, ledgerFlow string, generation int64, p *prepared, c sinks.Commit, byHeads bool) (err error) {
 	ownCommit := false
 	defer func() {
 		if p.done != nil {
@@ -98,7 +107,7 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 		ld, err := r.sink.Begin(ctx, sinks.LoadMeta{
 			LoadID:     newLoadID(),
 			Pipeline:   r.p.Pipeline,
-			Flow:       f.Name,
+			Flow:       ledgerFlow,
 			Targets:    []string{f.Target},
 			Generation: generation,
 		})
@@ -146,10 +155,10 @@ func (r *runner) commitLoad(ctx context.Context, f *spec.Flow, generation int64,
 		r.opts.Metrics.Committed(r.p.Pipeline, f.Name, f.Target, p.rows, t.reasons, phases)
 		return nil
 	}
-	if !errors.Is(err, sinks.ErrStale) || len(c.From) == 0 {
+	if !errors.Is(err, sinks.ErrStale) || len(c.From) == 0 || !byHeads {
 		return err
 	}
-	heads, herr := r.heads(ctx, f.Name, c.From)
+	heads, herr := r.heads(ctx, ledgerFlow, c.From)
 	if herr != nil {
 		return herr
 	}

@@ -55,6 +55,8 @@ type stepper struct {
 	// wrap, when set, returns the sink an update runs against, given the
 	// one it opened.
 	wrap func(sinks.Sink) sinks.Sink
+	// prefix is cut from the sources of the dead letters pending reports.
+	prefix string
 }
 
 func newStepper(t *testing.T, addr, dest, body string) *stepper {

@@ -152,6 +152,7 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 		newRun(g),
 		newStatus(g),
 		newShow(g),
+		newDeadLetters(g),
 		newDevKafka(g),
 		newDemo(g),
 		newVersion(g),

@@ -132,10 +132,39 @@ func IsLinkColumn(name string) bool {
 // FlowRowTables are sluice's own tables that loads write rows of their
 // flow into, with pipeline and flow columns: a reset of a flow removes its
 // rows, which its replay writes again.
-var FlowRowTables = []string{DeadLettersTable, ExpectationsTable}
+var FlowRowTables = []string{DeadLettersTable, ExpectationsTable, ReplayedTable}
 
 // IsFlowRowTable reports whether name is one of FlowRowTables.
-func IsFlowRowTable(name string) bool { return name == DeadLettersTable || name == ExpectationsTable }
+func IsFlowRowTable(name string) bool {
+	return name == DeadLettersTable || name == ExpectationsTable || name == ReplayedTable
+}
+
+// ReplayedTable marks the dead letters a replay took up
+// (docs/operations.md, "Replaying dead letters"): a row per dead letter,
+// written in the load that applied it again (outcome replayed) or wrote it
+// anew with its new reason (outcome failed). A dead letter with a mark is
+// no longer pending.
+const ReplayedTable = "_sluice_dead_letters_replayed"
+
+// Outcomes of a replayed dead letter.
+const (
+	OutcomeReplayed = "replayed"
+	OutcomeFailed   = "failed"
+)
+
+// ReplayedSchema is the schema of ReplayedTable: the dead letter's flow,
+// source, position and the load that wrote it (dead_letter_load_id)
+// identify it; the mark's own _sluice_load_id is the replay's load.
+var ReplayedSchema = Schema{Columns: []Column{
+	{Name: "pipeline", Type: String},
+	{Name: "flow", Type: String},
+	{Name: "target", Type: String},
+	{Name: "source", Type: String},
+	{Name: "position", Type: String},
+	{Name: "dead_letter_load_id", Type: String},
+	{Name: "outcome", Type: String},
+	{Name: "at", Type: Timestamp},
+}}
 
 // VersionTable is the schema history (docs/schema.md#schema-history): a
 // row per change of the pipeline's schema, written by the load that made
@@ -143,7 +172,7 @@ func IsFlowRowTable(name string) bool { return name == DeadLettersTable || name 
 const VersionTable = "_sluice_version"
 
 // OwnTables are sluice's own tables that loads write rows into.
-var OwnTables = []string{DeadLettersTable, ExpectationsTable, VersionTable}
+var OwnTables = []string{DeadLettersTable, ExpectationsTable, VersionTable, ReplayedTable}
 
 // IsOwnTable reports whether name is one of OwnTables.
 func IsOwnTable(name string) bool { return IsFlowRowTable(name) || name == VersionTable }
@@ -181,6 +210,8 @@ func OwnSchema(table string) Schema {
 		return ExpectationsSchema
 	case VersionTable:
 		return VersionSchema
+	case ReplayedTable:
+		return ReplayedSchema
 	}
 	return DeadLetterSchema
 }

@@ -89,6 +89,8 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
 		{"create " + batch.ExpectationsTable, s.createSQL(batch.ExpectationsTable, batch.ExpectationsSchema.Columns,
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
+		{"create " + batch.ReplayedTable, s.createSQL(batch.ReplayedTable, batch.ReplayedSchema.Columns,
+			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
 		{"create " + batch.VersionTable, s.createSQL(batch.VersionTable, batch.VersionSchema.Columns,
 			[]string{"pipeline", "version"}, "")},
 		{"create " + stateTable, chsql.StateDDL(s.opts.Database)},
