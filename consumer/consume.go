@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,8 +238,19 @@ func (r *runner) readBounds(partitions []int32) error {
 		return fmt.Errorf("consumer: start offsets of %s: %w", r.cfg.Topic, err)
 	}
 	r.ends, r.starts, r.done = ends, starts, map[int32]bool{}
-	r.log.Info("consumer: bounded read", "end_offsets", ends)
+	r.log.Info("consumer: bounded read", "end_offsets", offsetList(ends))
 	return nil
+}
+
+// offsetList renders partition offsets for a log line, in partition order:
+// "0:152 1:158".
+func offsetList(offs map[int32]int64) string {
+	ps := slices.Sorted(maps.Keys(offs))
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = strconv.Itoa(int(p)) + ":" + strconv.FormatInt(offs[p], 10)
+	}
+	return strings.Join(parts, " ")
 }
 
 // doneBeforeJoin reports whether a bounded read has nothing to do: every

@@ -154,6 +154,10 @@ func (kf *kafkaFlow) load(ctx context.Context, p *prepared, rbs []*consumer.Reco
 	kf.rows.Add(p.rows)
 	kf.deadLetters.Add(p.deadLetters)
 	kf.loads.Add(1)
+	t := kf.r.tally(kf.flow.Name)
+	for _, rb := range rbs {
+		t.setLag(rb.Topic, rb.Partition, rb.HighWater-rb.Next)
+	}
 	if m := kf.r.opts.Metrics; m != nil {
 		for _, rb := range rbs {
 			m.Lag(kf.r.p.Pipeline, kf.flow.Name, rb.Topic, rb.Partition, rb.HighWater-rb.Next)

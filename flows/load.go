@@ -153,6 +153,10 @@ func (r *runner) commitAs(ctx context.Context, f *spec.Flow, ledgerFlow string, 
 			phases[metrics.PhasePublish] = t.publish
 		}
 		r.opts.Metrics.Committed(r.p.Pipeline, f.Name, f.Target, p.rows, t.reasons, phases)
+		ft := r.tally(ledgerFlow)
+		ft.loads.Add(1)
+		ft.rows.Add(p.rows)
+		ft.deadLetters.Add(p.deadLetters)
 		return nil
 	}
 	if !errors.Is(err, sinks.ErrStale) || len(c.From) == 0 || !byHeads {

@@ -9,7 +9,9 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/checkpoint"
@@ -108,6 +110,74 @@ type Options struct {
 	// Metrics, when set, records the run's metrics and readiness
 	// (docs/operations.md#metrics); nil records nothing.
 	Metrics *metrics.Set
+
+	// Summary, when set, gets what each flow committed once Execute is
+	// about to return, in the spec's order (update prints it).
+	Summary func([]FlowSummary)
+
+	// LogEvery is how often run logs, at Info, what each flow committed
+	// since the last such line; default DefaultLogEvery, negative never.
+	LogEvery time.Duration
+}
+
+// DefaultLogEvery is how often run logs the loads committed.
+const DefaultLogEvery = 30 * time.Second
+
+// FlowSummary is what one flow committed during an Execute.
+type FlowSummary struct {
+	Flow, Target string
+	Loads        int64
+	Rows         int64
+	DeadLetters  int64
+	// Lag is the records of its Kafka partitions past its committed
+	// positions as of its last load; -1 when it read no Kafka batch.
+	Lag     int64
+	Elapsed time.Duration
+}
+
+// flowTally counts a flow's committed loads (FlowSummary).
+type flowTally struct {
+	loads, rows, deadLetters atomic.Int64
+	mu                       sync.Mutex
+	lag                      map[string]int64 // topic/partition -> records behind
+	start, end               time.Time
+}
+
+func (t *flowTally) setLag(topic string, partition int32, n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lag == nil {
+		t.lag = map[string]int64{}
+	}
+	t.lag[topic+"/"+strconv.Itoa(int(partition))] = max(n, 0)
+}
+
+func (t *flowTally) summary(f *spec.Flow) FlowSummary {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := FlowSummary{Flow: f.Name, Target: f.Target, Loads: t.loads.Load(), Rows: t.rows.Load(), DeadLetters: t.deadLetters.Load(), Lag: -1}
+	if t.lag != nil {
+		s.Lag = 0
+		for _, n := range t.lag {
+			s.Lag += n
+		}
+	}
+	if !t.start.IsZero() {
+		end := t.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		s.Elapsed = end.Sub(t.start)
+	}
+	return s
+}
+
+// tally returns flow f's counters.
+func (r *runner) tally(f string) *flowTally {
+	if t := r.tallies[f]; t != nil {
+		return t
+	}
+	return &flowTally{} // a flow outside the spec's (replays): not summed
 }
 
 // ErrRunAlive is returned by an update while a run of the pipeline is alive.
@@ -147,6 +217,8 @@ type runner struct {
 
 	regMu      sync.Mutex
 	registries map[string]*wire.Registry // schema registry clients, by connection
+
+	tallies map[string]*flowTally // by flow name; set before any flow runs
 }
 
 func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
@@ -169,12 +241,33 @@ func newRunner(p *spec.Pipeline, sink sinks.Sink, opts Options) *runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &runner{names: map[string]map[string]string{}, p: p, sink: sink, opts: opts, log: log.With("pipeline", p.Pipeline), id: newLoadID()}
+	if opts.LogEvery == 0 {
+		opts.LogEvery = DefaultLogEvery
+	}
+	tallies := make(map[string]*flowTally, len(p.Flows))
+	for _, f := range p.Flows {
+		tallies[f.Name] = &flowTally{}
+	}
+	return &runner{names: map[string]map[string]string{}, p: p, sink: sink, opts: opts, log: log.With("pipeline", p.Pipeline), id: newLoadID(),
+		tallies: tallies}
 }
 
 func (r *runner) execute(ctx context.Context) error {
 	if _, _, err := refreshSet(r.p, false, r.opts.Refresh); err != nil {
 		return err
+	}
+	if r.opts.Summary != nil {
+		defer func() {
+			out := make([]FlowSummary, len(r.p.Flows))
+			for i := range r.p.Flows {
+				out[i] = r.tally(r.p.Flows[i].Name).summary(&r.p.Flows[i])
+			}
+			r.opts.Summary(out)
+		}()
+	}
+	if r.opts.Mode == ModeRun && r.opts.LogEvery > 0 {
+		stop := r.logCommitted(ctx, r.opts.LogEvery)
+		defer stop()
 	}
 	for i := range r.p.Flows {
 		f := &r.p.Flows[i]
@@ -287,6 +380,15 @@ func (r *runner) execute(ctx context.Context) error {
 		f, h := &r.p.Flows[i], handlers[i]
 		ctx = withFlow(ctx, f.Name)
 		r.opts.Metrics.FlowStarted(f.Name)
+		t := r.tally(f.Name)
+		t.mu.Lock()
+		t.start = time.Now()
+		t.mu.Unlock()
+		defer func() {
+			t.mu.Lock()
+			t.end = time.Now()
+			t.mu.Unlock()
+		}()
 		var err error
 		switch {
 		case f.Kind == spec.KindAutoCDCFromSnapshot:
@@ -326,6 +428,42 @@ func (r *runner) execute(ctx context.Context) error {
 		all[i] = i
 	}
 	return r.runParallel(ctx, all, func(ctx context.Context, i int) error { return groups[i](ctx) })
+}
+
+// logCommitted logs, every interval until stopped, what each flow
+// committed since the line before: one Info line per flow that loaded or
+// is behind.
+func (r *runner) logCommitted(ctx context.Context, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := make(map[string]FlowSummary, len(r.p.Flows))
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for i := range r.p.Flows {
+				f := &r.p.Flows[i]
+				now, before := r.tally(f.Name).summary(f), last[f.Name]
+				last[f.Name] = now
+				if now.Loads == before.Loads && now.Lag <= 0 {
+					continue
+				}
+				attrs := []any{"flow", f.Name, "loads", now.Loads - before.Loads, "rows", now.Rows - before.Rows,
+					"dead_letters", now.DeadLetters - before.DeadLetters, "last", every.String()}
+				if now.Lag >= 0 {
+					attrs = append(attrs, "lag", now.Lag)
+				}
+				r.log.Info("loads committed", attrs...)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // stopped reports whether err is only how a continuous run's flow noticed

@@ -104,6 +104,9 @@ func Status(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, reach bool) 
 	if err != nil {
 		return nil, err
 	}
+	if hbs == nil {
+		hbs = []sinks.Heartbeat{} // "processes": [] when none is alive
+	}
 	rep := &Report{Pipeline: p.Pipeline, Processes: hbs}
 	for _, t := range totals {
 		rep.LoadsTotal += int(t.Loads)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/flows/sample"
 )
 
@@ -255,7 +256,8 @@ func TestDevMode(t *testing.T) {
 		produce(t, b.Addr(), "events", 1, 6)
 		spec := writeSpec(t, d, b.Addr(), 100)
 		res := mustSluice(t, "update", "--dev", "-f", spec)
-		_, dataset, ok := strings.Cut(strings.TrimSpace(res.stdout), "dev mode: writing into ")
+		first, _, _ := strings.Cut(res.stdout, "\n")
+		_, dataset, ok := strings.Cut(strings.TrimSpace(first), "dev mode: writing into ")
 		if !ok || dataset == "" {
 			t.Fatalf("stdout %q does not name the dev dataset", res.stdout)
 		}
@@ -304,4 +306,30 @@ func TestStaticBuildVersion(t *testing.T) {
 	if v := string(out); !strings.HasPrefix(v, "sluice ") || !strings.Contains(v, "(commit ") || !strings.Contains(v, runtime.Version()) {
 		t.Errorf("version printed %q", v)
 	}
+}
+
+// TestUpdateSummaryAndRunLog checks what people read: update ends with a
+// line per flow on stdout, and run logs what it committed periodically,
+// with readable values.
+func TestUpdateSummaryAndRunLog(t *testing.T) {
+	t.Parallel()
+	d := newDestination(t, "local")
+	b := startBroker(t, map[string]int32{"events": 2})
+	produce(t, b.Addr(), "events", 0, 300)
+	produceMsgs(t, b.Addr(), "events", []consumer.Message{{Value: []byte("oops"), Partition: 0}})
+	spec := writeSpec(t, d, b.Addr(), 100)
+	res := mustSluice(t, "update", "-f", spec, "--log-format", "json")
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "FLOW") || !regexp.MustCompile(`^events_in\s+events\s+\d+\s+300\s+1\s+0\s+\S+$`).MatchString(lines[1]) {
+		t.Errorf("update's summary:\n%s", res.stdout)
+	}
+	if strings.Contains(res.stderr, "map[") || regexp.MustCompile(`"elapsed":\d`).MatchString(res.stderr) {
+		t.Errorf("log values are not readable (Go maps, integer durations):\n%s", tail(res.stderr, 3000))
+	}
+	produce(t, b.Addr(), "events", 300, 400)
+	cmd, out := start(t, append([]string{"run", "-f", spec, "--log-every", "300ms"}, fastArgs...)...)
+	waitFor(t, 30*time.Second, "a loads-committed line", func() bool {
+		return regexp.MustCompile(`msg="loads committed".* flow=events_in loads=\d+ rows=\d+ dead_letters=0 last=300ms lag=\d+`).MatchString(out.String())
+	})
+	stop(t, cmd, out)
 }

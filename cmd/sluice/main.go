@@ -238,7 +238,7 @@ func (g *globals) logger() (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, usageErr("--log-level %q: %v", g.logLevel, err)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableAttr}
 	switch g.logFormat {
 	case "text":
 		return slog.New(slog.NewTextHandler(g.stderr, opts)), nil
@@ -246,6 +246,15 @@ func (g *globals) logger() (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(g.stderr, opts)), nil
 	}
 	return nil, usageErr("--log-format %q: text or json", g.logFormat)
+}
+
+// readableAttr writes durations as text ("1.5s", "250ms"), which JSON
+// logs would otherwise give as integer nanoseconds.
+func readableAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // loadSpec reads and validates the spec named by -f.

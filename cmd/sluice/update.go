@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,7 +35,8 @@ func newUpdate(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
-				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Expire: expire, Progress: cmd.ErrOrStderr()})
+				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Expire: expire, Progress: cmd.ErrOrStderr(),
+				Summary: func(s []flows.FlowSummary) { printSummary(cmd.OutOrStdout(), s) }})
 			if errors.Is(err, flows.ErrUnknownFlow) {
 				return &exitError{code: exitUsage, err: err}
 			}
@@ -59,18 +63,38 @@ func newRun(g *globals) *cobra.Command {
 	var (
 		dev         bool
 		metricsAddr string
+		logEvery    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run continuously until SIGINT/SIGTERM, then drain, commit and exit 0",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr()})
+			if logEvery == 0 {
+				logEvery = -1 // --log-every 0: never
+			}
+			return g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr(), LogEvery: logEvery})
 		},
 	}
 	cmd.Flags().BoolVar(&dev, "dev", false, devUsage)
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", metricsUsage)
+	cmd.Flags().DurationVar(&logEvery, "log-every", flows.DefaultLogEvery, "log what each flow committed this often (0: never)")
 	return cmd
+}
+
+// printSummary prints what each flow committed, one line per flow: what
+// an update ends with on stdout.
+func printSummary(w io.Writer, s []flows.FlowSummary) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLOW\tTARGET\tLOADS\tROWS\tDEAD LETTERS\tLAG\tELAPSED")
+	for _, f := range s {
+		lag := "-"
+		if f.Lag >= 0 {
+			lag = strconv.FormatInt(f.Lag, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", f.Flow, f.Target, f.Loads, f.Rows, f.DeadLetters, lag, f.Elapsed.Round(time.Millisecond))
+	}
+	tw.Flush()
 }
 
 func (g *globals) execute(cmd *cobra.Command, dev bool, metricsAddr string, opts flows.Options) error {
