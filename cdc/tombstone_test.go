@@ -96,3 +96,42 @@ func TestTombstoneOfUnknownKeyWritesNothing(t *testing.T) {
 		t.Errorf("deletes counted %d, want 1", out.Stats.Deletes)
 	}
 }
+
+// TestTombstoneAfterRetention: a tombstone of a key whose only state is a
+// delete past tombstone_retention finds the key forgotten (docs/cdc.md,
+// Tombstones): it changes nothing and leaves no state, so that a later,
+// older change re-creates the row as it would without the tombstone.
+func TestTombstoneAfterRetention(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		first [][]any
+		later []any
+		want  []string
+	}{
+		{"SCD1", f1("f"), [][]any{U(1, "a", 5), D(1, 7)}, U(1, "b", 6), []string{"(1,b)"}},
+		{"SCD2", f2("f"), [][]any{D(1, 7)}, U(1, "b", 6), []string{"(1,b,6,∞)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.TombstoneRetention = time.Hour
+			h := newHarness(t, tc.cfg)
+			h.applyTombstones("f", 0, tc.first)
+			if n := len(h.store.Keys()); n != 1 {
+				t.Fatalf("%d keys with state after the delete, want 1", n)
+			}
+			h.now = h.now.Add(2 * time.Hour)
+			off := int64(len(tc.first))
+			out := h.applyTombstones("f", off, [][]any{TB(1)})
+			if out.Upserts.Len()+out.Deletes.Len() != 0 {
+				t.Errorf("the tombstone wrote %d rows, removed %d", out.Upserts.Len(), out.Deletes.Len())
+			}
+			if keys := h.store.Keys(); len(keys) != 0 {
+				t.Errorf("%d keys with state after the tombstone of a forgotten key, want none", len(keys))
+			}
+			h.applyTombstones("f", off+1, [][]any{tc.later})
+			if diff := cmp.Diff(tc.want, h.target.content()); diff != "" {
+				t.Errorf("table (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
