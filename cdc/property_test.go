@@ -669,10 +669,13 @@ func TestApplyKeysInParallel(t *testing.T) {
 // offset order, delivering any of them again, in any order and split, after
 // restarts or not, changes no row (docs/cdc.md, Tombstones, delivered
 // again). Each tombstone follows in its partition a change of its key, so
-// that the key has state when it arrives.
+// that the key has state when it arrives. No truncates: a truncate can
+// leave the key without state, and a tombstone that found none and left
+// none resolves, delivered again, against the changes applied since.
 func TestPropertyTombstonesRedelivered(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		v := drawVariant(t, false)
+		v.truncates = false
 		evs := drawEvents(t, v, rapid.Bool().Draw(t, "distinct"))
 		var changes []int // of evs
 		for i, e := range evs {
@@ -750,7 +753,7 @@ func TestPropertyTombstonesRedelivered(t *testing.T) {
 			}
 			out := apply(flow, again)
 			if out.Upserts.Len()+out.Deletes.Len() != 0 || out.Table != nil {
-				t.Fatalf("%v again changed %d rows, removed %d", again, out.Upserts.Len(), out.Deletes.Len())
+				t.Fatalf("%v again changed %d rows, removed %d: table %v, was %v", again, out.Upserts.Len(), out.Deletes.Len(), h.target.content(), want)
 			}
 			maybeRestart()
 		}
