@@ -55,6 +55,9 @@
 //   - SCD type 1 with ignore-null: the newest upsert, the newest upsert to
 //     set each column, the deletes, and the first upsert at a sequence that
 //     also has a delete.
+//   - SCD type 1, either way: the newest delete a Kafka tombstone gave per
+//     source partition, until the retention, so that the tombstone
+//     delivered again finds it (tombstone.go).
 //   - SCD type 2: every reduced event, since a late event inside a coalesced
 //     version shows, for the earlier part, the member just before it.
 //

@@ -833,8 +833,16 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 	if err != nil {
 		return fmt.Errorf("key %x: %w", key, err)
 	}
+	// What the retention forgot first: a tombstone must not find, and
+	// renew, an expired delete (docs/cdc.md, Tombstones).
+	var live []event
+	if a.p.scd2 {
+		live = a.expire2(oldEv)
+	} else {
+		live = a.expire1(oldEv, newB)
+	}
 	if len(fresh) > 0 && fresh[0].tomb {
-		fresh = a.resolveTombstones(oldEv, fresh)
+		fresh = a.resolveTombstones(live, fresh)
 	}
 	if len(fresh) > 0 && len(oldEv) > 0 {
 		last := oldEv[len(oldEv)-1]
@@ -851,9 +859,9 @@ func (a *applyCtx) applyKey(key string, old *KeyState, fresh []event, oldB, newB
 	var kept []event
 	if a.p.scd2 {
 		fresh = a.snapshotDeletes(oldEv, fresh)
-		kept = a.compact2(a.merge(a.expire2(oldEv), fresh))
+		kept = a.compact2(a.merge(live, fresh))
 	} else {
-		kept = a.compact1(a.merge(a.expire1(oldEv, newB), fresh), newB)
+		kept = a.compact1(a.merge(live, fresh), newB)
 	}
 	for i := range kept {
 		a.valsOf(&kept[i])

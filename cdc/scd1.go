@@ -134,6 +134,7 @@ func (a *applyCtx) compact1(m []event, bs []Barrier) []event {
 	if len(bs) > 0 {
 		b = &bs[len(bs)-1]
 	}
+	tombs := a.tombstoneDeletes(m)
 	start, cutSeen := a.cut1(m, bs)
 	for j := 0; j < start; j++ {
 		if !m[j].del && m[j].row >= 0 {
@@ -184,11 +185,11 @@ func (a *applyCtx) compact1(m []event, bs []Barrier) []event {
 		}
 		switch {
 		case lastU >= 0 && (!has || m[lastU].seq >= eff):
-			return m[lastU : lastU+1]
+			return withDeletes(m[lastU:lastU+1], tombs)
 		case lastD >= 0 && (b == nil || m[lastD].seq > b.Seq):
-			return m[lastD : lastD+1]
+			return withDeletes(m[lastD:lastD+1], tombs)
 		}
-		return nil
+		return withDeletes(nil, tombs)
 	}
 
 	keep := a.mark(len(m))
@@ -237,6 +238,47 @@ func (a *applyCtx) compact1(m []event, bs []Barrier) []event {
 			out = append(out, m[j])
 		}
 	}
+	return withDeletes(out, tombs)
+}
+
+// tombstoneDeletes returns copies of the newest delete per source
+// partition (flow, topic, partition, file) that a tombstone gave. The state
+// keeps them until the retention, whether or not they still matter for the
+// row: a tombstone delivered again must find its delete, or it would take
+// the sequence of a newer change and delete that (docs/cdc.md, Tombstones).
+// An older tombstone of the partition is followed by the newest.
+func (a *applyCtx) tombstoneDeletes(m []event) []event {
+	var out []event
+	for j := range m {
+		ev := &m[j]
+		if !ev.del || !a.fromTombstone(ev.seq) {
+			continue
+		}
+		i := slices.IndexFunc(out, func(x event) bool { return samePartition(x.pos, ev.pos) })
+		switch {
+		case i < 0:
+			out = append(out, *ev)
+		case ev.pos.Offset > out[i].pos.Offset:
+			out[i] = *ev
+		}
+	}
+	return out
+}
+
+// withDeletes returns kept with the deletes of dels it lacks, in (seq,
+// position) order.
+func withDeletes(kept, dels []event) []event {
+	var add []event
+	for _, d := range dels {
+		if !slices.ContainsFunc(kept, func(x event) bool { return x.del && x.pos == d.pos }) {
+			add = append(add, d)
+		}
+	}
+	if len(add) == 0 {
+		return kept
+	}
+	out := slices.Concat(kept, add)
+	sortEvents(out)
 	return out
 }
 

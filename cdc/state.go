@@ -427,10 +427,15 @@ func decodeState(data string, like []string, events []event, slab []value, scrat
 }
 
 // MarshalBinary encodes the table state: version 2 writes the truncates,
-// then the snapshots; version 1 states (truncates only) still decode.
+// then the snapshots. A state without snapshots is written in version 1
+// (the truncates only), which releases that know no snapshots read: only
+// a target with a snapshot flow needs version 2.
 func (t TableState) MarshalBinary() ([]byte, error) {
-	buf := []byte{tableStateVersion}
-	for _, bs := range [][]Barrier{t.Truncates, t.Snapshots} {
+	buf, lists := []byte{tableStateVersion}, [][]Barrier{t.Truncates, t.Snapshots}
+	if len(t.Snapshots) == 0 {
+		buf, lists = []byte{1}, lists[:1]
+	}
+	for _, bs := range lists {
 		buf = binary.AppendUvarint(buf, uint64(len(bs)))
 		for _, b := range bs {
 			buf = appendString(buf, b.Seq)

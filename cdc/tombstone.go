@@ -70,7 +70,23 @@ func sortEvents(evs []event) {
 	})
 }
 
+// fromTombstone reports whether seq is the sequence a tombstone resolved
+// to: only tombstones delete just after a sequence.
+func (a *applyCtx) fromTombstone(seq string) bool {
+	if !strings.HasSuffix(seq, afterMark) {
+		return false
+	}
+	_, rest, err := splitOrdered(a.p.seqTypes, seq)
+	return err == nil && rest == afterMark
+}
+
+// samePartition reports whether p and q are positions of one partition
+// (or file) of one flow.
+func samePartition(p, q Position) bool {
+	return p.Flow == q.Flow && p.Topic == q.Topic && p.Partition == q.Partition && p.File == q.File
+}
+
 // follows reports whether p comes after q in q's partition.
 func follows(p, q Position) bool {
-	return p.Flow == q.Flow && p.Topic == q.Topic && p.Partition == q.Partition && p.File == q.File && p.Offset > q.Offset
+	return samePartition(p, q) && p.Offset > q.Offset
 }

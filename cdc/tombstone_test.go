@@ -96,3 +96,116 @@ func TestTombstoneOfUnknownKeyWritesNothing(t *testing.T) {
 		t.Errorf("deletes counted %d, want 1", out.Stats.Deletes)
 	}
 }
+
+// TestTombstoneAfterRetention: a tombstone of a key whose only state is a
+// delete past tombstone_retention finds the key forgotten (docs/cdc.md,
+// Tombstones): it changes nothing and leaves no state, so that a later,
+// older change re-creates the row as it would without the tombstone.
+func TestTombstoneAfterRetention(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		first [][]any
+		later []any
+		want  []string
+	}{
+		{"SCD1", f1("f"), [][]any{U(1, "a", 5), D(1, 7)}, U(1, "b", 6), []string{"(1,b)"}},
+		{"SCD2", f2("f"), [][]any{D(1, 7)}, U(1, "b", 6), []string{"(1,b,6,∞)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.TombstoneRetention = time.Hour
+			h := newHarness(t, tc.cfg)
+			h.applyTombstones("f", 0, tc.first)
+			if n := len(h.store.Keys()); n != 1 {
+				t.Fatalf("%d keys with state after the delete, want 1", n)
+			}
+			h.now = h.now.Add(2 * time.Hour)
+			off := int64(len(tc.first))
+			out := h.applyTombstones("f", off, [][]any{TB(1)})
+			if out.Upserts.Len()+out.Deletes.Len() != 0 {
+				t.Errorf("the tombstone wrote %d rows, removed %d", out.Upserts.Len(), out.Deletes.Len())
+			}
+			if keys := h.store.Keys(); len(keys) != 0 {
+				t.Errorf("%d keys with state after the tombstone of a forgotten key, want none", len(keys))
+			}
+			h.applyTombstones("f", off+1, [][]any{tc.later})
+			if diff := cmp.Diff(tc.want, h.target.content()); diff != "" {
+				t.Errorf("table (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTombstoneRedeliveredAfterNewerChange: a tombstone delivered again
+// after another partition's or flow's newer change to its key resolves to
+// the sequence it had the first time (docs/cdc.md, Tombstones): it changes
+// nothing, and the newer row stays.
+func TestTombstoneRedeliveredAfterNewerChange(t *testing.T) {
+	p0 := Position{Flow: "f", Topic: "topic"}
+	for _, tc := range []struct {
+		name  string
+		scd2  bool
+		ignNl bool
+		trunc bool
+		newer Position // where the newer change comes from
+		also  bool     // a second tombstone, of partition 2, ties with the first
+		want  []string
+	}{
+		{name: "another flow", newer: Position{Flow: "g", Topic: "topic"}, want: []string{"(1,b)"}},
+		{name: "another partition", newer: Position{Flow: "f", Topic: "topic", Partition: 1}, want: []string{"(1,b)"}},
+		{name: "another partition, ignore-null", ignNl: true, newer: Position{Flow: "f", Topic: "topic", Partition: 1}, want: []string{"(1,b)"}},
+		{name: "after a truncate", trunc: true, newer: Position{Flow: "g", Topic: "topic"}, want: []string{"(1,b)"}},
+		{name: "two partitions' tombstones tie", also: true, newer: Position{Flow: "g", Topic: "topic"}, want: []string{"(1,b)"}},
+		{name: "SCD2", scd2: true, newer: Position{Flow: "g", Topic: "topic"}, want: []string{"(1,a,5,5)", "(1,b,7,∞)"}},
+		{name: "ignore-null, two partitions' tombstones tie", ignNl: true, also: true, newer: Position{Flow: "g", Topic: "topic"}, want: []string{"(1,b)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := func(flow string) Config {
+				c := f1t(flow)
+				if tc.scd2 {
+					c = f2(flow)
+				}
+				c.IgnoreNullUpdates = tc.ignNl
+				return c
+			}
+			h := newHarness(t, cfg("f"), cfg("g"))
+			one := func(pos Position, row []any, tomb bool) *Output {
+				h.t.Helper()
+				h.now = h.now.Add(time.Minute)
+				return h.applyInput(pos.Flow, Input{Batch: mkBatch(h.cfgs[pos.Flow].Source, [][]any{row}),
+					Positions: []Position{pos}, Tombstones: []bool{tomb}})
+			}
+			at := func(p Position, off int64) Position { p.Offset = off; return p }
+			one(at(p0, 0), U(1, "a", 5), false)
+			one(at(p0, 1), TB(1), true)
+			tombs := []Position{at(p0, 1)}
+			if tc.also {
+				p2 := at(p0, 0)
+				p2.Partition = 2
+				one(p2, TB(1), true)
+				tombs = append(tombs, p2)
+			}
+			if tc.trunc {
+				one(at(tc.newer, 0), T(6), false)
+			}
+			one(at(tc.newer, 1), U(1, "b", 7), false)
+			if diff := cmp.Diff(tc.want, h.target.content()); diff != "" {
+				t.Fatalf("table (-want +got):\n%s", diff)
+			}
+			for _, restart := range []bool{false, true} {
+				if restart {
+					h.restart()
+				}
+				for _, p := range tombs {
+					out := one(p, TB(1), true)
+					if out.Upserts.Len()+out.Deletes.Len() != 0 {
+						t.Errorf("the tombstone at %v again (restart %v): %d rows, %d removed", p, restart, out.Upserts.Len(), out.Deletes.Len())
+					}
+				}
+				if diff := cmp.Diff(tc.want, h.target.content()); diff != "" {
+					t.Errorf("table after the tombstone again (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}

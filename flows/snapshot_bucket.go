@@ -137,12 +137,17 @@ func (a *snapshotApply) spillTargetKeys(ctx context.Context) error {
 	}
 	a.keys = newSpill(a.dir, "keys", a.keySchema, snapshotParts, a.rows.seed)
 	nk := len(a.keySchema.Columns)
+	// Only the versions open at the version or after it: the destination
+	// reads no more of the history than that.
+	after := batch.NewVector(a.version.value.Type, 1)
+	a.version.value.AppendTo(after, 1)
+	where := sinks.KeyFilter{Column: cdc.EndAtColumn, After: after}
 	add := func(b *batch.Batch) error {
 		end := b.Vectors[nk]
 		keys := &batch.Batch{Schema: a.keySchema, Vectors: b.Vectors[:nk]}
 		for i := range b.Len() {
 			if !end.IsNull(i) && backfill.ValueAt(end, i).Compare(a.version.value) <= 0 {
-				continue
+				continue // a destination may hand over rows it could not filter
 			}
 			k, err := a.keyer.KeyOf(keys, i)
 			if err != nil {
@@ -156,7 +161,7 @@ func (a *snapshotApply) spillTargetKeys(ctx context.Context) error {
 	}
 	var err error
 	if ks, ok := a.r.sink.(sinks.KeyScanner); ok {
-		err = ks.ScanKeys(ctx, a.flow.Target, append(a.keySchema.Names(), cdc.EndAtColumn), "", add)
+		err = ks.ScanKeys(ctx, a.flow.Target, append(a.keySchema.Names(), cdc.EndAtColumn), where, add)
 	} else {
 		err = a.scanKeys(ctx, add)
 	}

@@ -2,8 +2,12 @@ package clickhouse
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
@@ -17,7 +21,7 @@ const scanKeysRows = 64 << 10
 
 // ScanKeys implements sinks.KeyScanner for CDC targets: one query through
 // the target's view (its logical content), read as the server streams it.
-func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, whereNull string, fn func(*batch.Batch) error) error {
+func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, where sinks.KeyFilter, fn func(*batch.Batch) error) error {
 	ct, err := s.cdcInfo(ctx, table)
 	if err != nil {
 		return fmt.Errorf("clickhouse: scan keys of %s: %w", table, err)
@@ -39,11 +43,14 @@ func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, whereN
 		picked[i], names[i] = c, chsql.Quote(name)
 	}
 	q := "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(ct.name)
-	if whereNull != "" {
-		if _, ok := byName[whereNull]; !ok {
-			return fmt.Errorf("clickhouse: scan keys of %s: no column %s", table, whereNull)
+	if where.Column != "" {
+		c, ok := byName[where.Column]
+		if !ok {
+			return fmt.Errorf("clickhouse: scan keys of %s: no column %s", table, where.Column)
 		}
-		q += " WHERE isNull(" + chsql.Quote(whereNull) + ")"
+		if cond := filterSQL(c, where); cond != "" {
+			q += " WHERE " + cond
+		}
 	}
 	schema := batch.Schema{Columns: make([]batch.Column, len(picked))}
 	readers := make([]reader, len(picked))
@@ -83,4 +90,65 @@ func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, whereN
 		return fn(out)
 	}
 	return nil
+}
+
+// filterSQL returns the condition of a key scan's filter on column c, or ""
+// when it cannot be written for the column's storage or the value (the
+// rows are then all read, and the caller checks them: see sinks.KeyFilter).
+func filterSQL(c column, f sinks.KeyFilter) string {
+	name := chsql.Quote(c.Name)
+	if f.After == nil {
+		return "isNull(" + name + ")"
+	}
+	if lit := afterLiteral(c, f.After); lit != "" {
+		return "isNull(" + name + ") OR " + name + " > " + lit
+	}
+	return ""
+}
+
+// Value ranges every server version stores (before 22.8, DateTime64 and
+// Date32 reach 1925-01-01..2283-11-11), in days and microseconds.
+const (
+	minWideDay   = -16436 // 1925-01-01
+	maxWideDay   = 114635 // 2283-11-11
+	minWideMicro = minWideDay * secondsPerDay * 1e6
+	maxWideMicro = (maxWideDay + 1) * secondsPerDay * 1e6
+)
+
+// afterLiteral returns row 0 of v as an SQL value of column c's storage,
+// or "" when the column stores another kind or the value is outside the
+// storage's range.
+func afterLiteral(c column, v *batch.Vector) string {
+	if v.Len() != 1 || v.IsNull(0) || v.Type.Kind != c.Type.Kind {
+		return ""
+	}
+	switch c.storage {
+	case storeInt64, storeMicros:
+		return strconv.FormatInt(v.Ints[0], 10)
+	case storeDateTime64:
+		if x := v.Ints[0]; x >= minWideMicro && x < maxWideMicro {
+			return "toDateTime64('" + time.UnixMicro(x).UTC().Format("2006-01-02 15:04:05.000000") + "', 6, 'UTC')"
+		}
+	case storeDateTime:
+		// Whole seconds: a value with a fraction lies above its second.
+		if sec := floorDiv(v.Ints[0], 1e6); sec >= 0 && sec <= math.MaxUint32 {
+			return "toDateTime(" + strconv.FormatInt(sec, 10) + ")"
+		}
+	case storeDate, storeDate32:
+		lo, hi, fn := int64(0), int64(math.MaxUint16), "toDate"
+		if c.storage == storeDate32 {
+			lo, hi, fn = minWideDay, maxWideDay, "toDate32"
+		}
+		if d := v.Ints[0]; d >= lo && d <= hi {
+			return fn + "('" + time.Unix(d*secondsPerDay, 0).UTC().Format(time.DateOnly) + "')"
+		}
+	case storeDecimal:
+		return "toDecimal128('" + batch.FormatDecimal(v.Decs[0], c.Type.Scale) + "', " + strconv.Itoa(c.Type.Scale) + ")"
+	case storeString:
+		if v.Type.Kind == batch.KindBytes {
+			return "unhex('" + hex.EncodeToString(v.Bytes[0]) + "')"
+		}
+		return "unhex('" + hex.EncodeToString([]byte(v.Strs[0])) + "')"
+	}
+	return ""
 }

@@ -523,6 +523,13 @@ func readFile(disk fsys.FS, path string, out *batch.Batch, each func() error) er
 
 // readOpenFile is readFile of an open file.
 func readOpenFile(f fsys.File, out *batch.Batch, each func() error) error {
+	return readOpenFileSkipping(f, out, nil, each)
+}
+
+// readOpenFileSkipping is readOpenFile that does not read the row groups
+// skip, when not nil, reports true for; leaf has per column of out its
+// index in the file, -1 when the file lacks it.
+func readOpenFileSkipping(f fsys.File, out *batch.Batch, skip func(rg parquet.RowGroup, leaf []int) bool, each func() error) error {
 	path := f.Name()
 	st, err := f.Stat()
 	if err != nil {
@@ -553,6 +560,9 @@ func readOpenFile(f fsys.File, out *batch.Batch, each func() error) error {
 	}
 	vals := make([]parquet.Value, valueChunk)
 	for _, rg := range pf.RowGroups() {
+		if skip != nil && skip(rg, leaf) {
+			continue
+		}
 		n := rg.NumRows()
 		start := out.Len()
 		chunks := rg.ColumnChunks()
