@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -332,4 +333,44 @@ func TestUpdateSummaryAndRunLog(t *testing.T) {
 		return regexp.MustCompile(`msg="loads committed".* flow=events_in loads=\d+ rows=\d+ dead_letters=0 last=300ms lag=\d+`).MatchString(out.String())
 	})
 	stop(t, cmd, out)
+}
+
+// TestWait waits for a pipeline to catch up: at once after an update,
+// exit 3 naming the partition behind when messages came since, and 0 once
+// a run loaded them.
+func TestWait(t *testing.T) {
+	t.Parallel()
+	forEachDestination(t, func(t *testing.T, d destination) {
+		b := startBroker(t, map[string]int32{"events": 2})
+		produce(t, b.Addr(), "events", 0, 200)
+		spec := writeSpec(t, d, b.Addr(), 100)
+		mustSluice(t, "update", "-f", spec)
+		if res := mustSluice(t, "wait", "-f", spec, "--timeout", "5s"); !strings.HasPrefix(res.stdout, "caught up after ") {
+			t.Errorf("wait after update: %q", res.stdout)
+		}
+		produce(t, b.Addr(), "events", 200, 300)
+		res := sluice(t, "wait", "-f", spec, "--timeout", "1s", "--interval", "200ms", "--format", "json")
+		var rep struct {
+			CaughtUp bool `json:"caught_up"`
+			Flows    []struct {
+				Flow   string
+				Behind []string
+			}
+		}
+		if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || res.code != 3 || rep.CaughtUp || len(rep.Flows) != 1 ||
+			!strings.Contains(strings.Join(rep.Flows[0].Behind, ";"), "partition events/") {
+			t.Errorf("wait with 100 new messages: exit %d, %+v (%v)\n%s", res.code, rep, err, res.stderr)
+		}
+		cmd, out := start(t, append([]string{"run", "-f", spec}, fastArgs...)...)
+		if res := sluice(t, "wait", "-f", spec, "--timeout", "1m", "--interval", "200ms"); res.code != 0 {
+			t.Errorf("wait during a run: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+		}
+		if rows, _ := d.count(t, spec, "events", "id"); rows != 300 {
+			t.Errorf("wait returned with %d of 300 rows loaded", rows)
+		}
+		stop(t, cmd, out)
+		if res := sluice(t, "wait", "-f", spec, "--flow", "nope"); res.code != 2 {
+			t.Errorf("wait --flow nope: exit %d, want 2", res.code)
+		}
+	})
 }

@@ -156,6 +156,7 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 		newDevKafka(g),
 		newDemo(g),
 		newVersion(g),
+		newWait(g),
 	)
 	return root, g
 }
