@@ -37,6 +37,8 @@ type Set struct {
 	cacheBytes     *prometheus.GaugeVec
 	filesRemaining *prometheus.GaugeVec
 
+	names []string // of the sluice_ metrics
+
 	mu    sync.Mutex
 	flows map[string]*flowState // by flow name
 	dest  error                 // the destination's last retryable error; nil while it answers
@@ -87,6 +89,9 @@ func New() *Set {
 		Help: "Bytes of CDC key state the flow's target keeps cached in memory."}, flow)
 	s.filesRemaining = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backfill_files_remaining",
 		Help: "Files of a files or snapshots flow not yet loaded to their end."}, flow)
+	s.names = []string{"sluice_records_read_total", "sluice_rows_loaded_total", "sluice_dead_letters_total", "sluice_loads_total",
+		"sluice_load_duration_seconds", "sluice_consumer_lag_records", "sluice_last_commit_timestamp_seconds",
+		"sluice_destination_retries_total", "sluice_cdc_state_cache_bytes", "sluice_backfill_files_remaining"}
 	s.reg.MustRegister(s.recordsRead, s.rowsLoaded, s.deadLetters, s.loads, s.loadDuration, s.lag, s.lastCommit,
 		s.retries, s.cacheBytes, s.filesRemaining,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -286,4 +291,21 @@ func (sv *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return sv.srv.Shutdown(ctx)
+}
+
+// Names lists the sluice_ metrics the Set serves, whether they have
+// samples yet or not (for checks of dashboards and alerts against it),
+// and the runtime and process ones it has samples of.
+func (s *Set) Names() ([]string, error) {
+	out := slices.Clone(s.names)
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	for _, mf := range mfs {
+		if !slices.Contains(out, mf.GetName()) {
+			out = append(out, mf.GetName())
+		}
+	}
+	return out, nil
 }
