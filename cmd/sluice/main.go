@@ -157,6 +157,7 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 		newDemo(g),
 		newVersion(g),
 		newWait(g),
+		newVerify(g),
 	)
 	return root, g
 }
