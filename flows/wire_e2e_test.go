@@ -3,6 +3,7 @@ package flows_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/big"
 	"slices"
 	"strings"
@@ -94,6 +95,7 @@ func TestAvroFlows(t *testing.T) {
 	reg := startRegistry(t)
 	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic := "avro_orders_" + dname
+		late := 9000 + len(dname) // registered only later: an id per subtest, which share the registry
 		v1, s1 := registerAvro(t, reg, topic+"-value", ordersV1)
 		v2, s2 := registerAvro(t, reg, topic+"-value", ordersV2)
 		if v1 == v2 {
@@ -140,7 +142,7 @@ flows:
 		s.produceKeyed(topic,
 			nil, framed(t, v1, s1, order(1, "ann", 1250, 1)),
 			nil, framed(t, v1, s1, order(2, "bob", 99, 2)),
-			nil, append(header(9999), 2, 'x'), // no schema of that id
+			nil, framed(t, late, s1, order(4, "dee", 700, 5)), // no schema of that id yet
 		)
 		s.update()
 		if got, want := columnsOf(t, s, "events"), []string{"id int64 nullable", "customer string nullable", "amount decimal(10,2) nullable", "day date nullable",
@@ -173,9 +175,30 @@ flows:
 		}
 		for _, f := range []string{"events", "latest", "history"} {
 			dls := s.deadLetters(f)
-			if len(dls) != 1 || !strings.HasPrefix(dls[0], "unknown_schema 0/2 ") || !strings.Contains(dls[0], "9999") {
-				t.Errorf("flow %s: dead letters %q, want the message of schema id 9999 as unknown_schema at 0/2", f, dls)
+			if len(dls) != 1 || !strings.HasPrefix(dls[0], "unknown_schema 0/2 ") || !strings.Contains(dls[0], fmt.Sprintf("schema id %d", late)) {
+				t.Errorf("flow %s: dead letters %q, want the message of schema id %d as unknown_schema at 0/2", f, dls, late)
 			}
+		}
+
+		// Once the registry has the schema, a replay loads the message, at
+		// its position, once.
+		reg.Seed(topic+"-late-value", 1, late, sr.Schema{Schema: ordersV1, Type: sr.TypeAvro})
+		for want := 3; want >= 0; want -= 3 {
+			sink, err := destination.Open(t.Context(), s.p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := flows.ReplayDeadLetters(t.Context(), s.p, sink, flows.Options{}, flows.DeadLetterFilter{Reason: "unknown_schema"})
+			sink.Close()
+			if err != nil || rep.Replayed != want {
+				t.Fatalf("replay: %+v, %v; want %d replayed", rep, err, want)
+			}
+		}
+		if got := s.rows("latest"); len(got) != 4 || got[3] != "4,dee,7.00,2026-03-04,∞,5" {
+			t.Errorf("latest after the replay: %q", got)
+		}
+		if got := s.rows("events", dropMeta("events", s)...); len(got) != 5 {
+			t.Errorf("events after the replay: %q", got)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -373,4 +374,34 @@ func TestWait(t *testing.T) {
 			t.Errorf("wait --flow nope: exit %d, want 2", res.code)
 		}
 	})
+}
+
+// TestDevKafkaSchemaRegistry serves the in-memory schema registry beside
+// the dev broker: a schema registered over its REST API is served by id.
+func TestDevKafkaSchemaRegistry(t *testing.T) {
+	t.Parallel()
+	cmd, out := start(t, "dev-kafka", "--addr", "127.0.0.1:0", "--schema-registry", "127.0.0.1:0")
+	var url string
+	waitFor(t, 20*time.Second, "the registry's address", func() bool {
+		m := regexp.MustCompile(`schema registry \(in memory\) at (http://\S+)`).FindStringSubmatch(out.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	})
+	body := `{"schema": "{\"type\":\"record\",\"name\":\"R\",\"fields\":[{\"name\":\"id\",\"type\":\"long\"}]}"}`
+	resp, err := http.Post(url+"/subjects/orders-value/versions", "application/vnd.schemaregistry.v1+json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg struct{ ID int }
+	if err := json.NewDecoder(resp.Body).Decode(&reg); err != nil || resp.StatusCode != http.StatusOK || reg.ID == 0 {
+		t.Fatalf("register: %d %+v %v", resp.StatusCode, reg, err)
+	}
+	resp.Body.Close()
+	code, got := get(fmt.Sprintf("%s/schemas/ids/%d", url, reg.ID))
+	if code != http.StatusOK || !strings.Contains(got, `\"name\":\"R\"`) {
+		t.Errorf("GET /schemas/ids/%d: %d %s", reg.ID, code, got)
+	}
+	stop(t, cmd, out)
 }

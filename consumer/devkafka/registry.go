@@ -50,6 +50,12 @@ func (r *Registry) Register(subject string, s sr.Schema) (int, error) {
 	return id, err
 }
 
+// Seed adds a schema under subject with the version and id given, as a
+// registry that already holds it would serve it.
+func (r *Registry) Seed(subject string, version, id int, s sr.Schema) {
+	r.fake.SeedSchema(subject, version, id, s)
+}
+
 // Close stops serving.
 func (r *Registry) Close() error {
 	r.fake.Close()
