@@ -146,8 +146,7 @@ func (r *runner) commitAs(ctx context.Context, f *spec.Flow, ledgerFlow string, 
 		}
 		return err
 	})
-	if err == nil {
-		ownCommit = true
+	counted := func() {
 		phases := map[string]time.Duration{metrics.PhaseWrite: t.write, metrics.PhaseCommit: t.commit}
 		if t.publish > 0 {
 			phases[metrics.PhasePublish] = t.publish
@@ -157,6 +156,10 @@ func (r *runner) commitAs(ctx context.Context, f *spec.Flow, ledgerFlow string, 
 		ft.loads.Add(1)
 		ft.rows.Add(p.rows)
 		ft.deadLetters.Add(p.deadLetters)
+	}
+	if err == nil {
+		ownCommit = true
+		counted()
 		return nil
 	}
 	if !errors.Is(err, sinks.ErrStale) || len(c.From) == 0 || !byHeads {
@@ -169,6 +172,9 @@ func (r *runner) commitAs(ctx context.Context, f *spec.Flow, ledgerFlow string, 
 	if heads.Reached(c.To) {
 		// An earlier attempt, or an earlier run, committed this very batch.
 		r.log.Debug("load found committed by an earlier attempt", "flow", f.Name, "to", c.To.Encode(), "attempts", attempts)
+		if attempts > 1 {
+			counted() // by this call's earlier attempt, of the same batch; not by an earlier run
+		}
 		return nil
 	}
 	se := &staleError{slot: c.From[0], ledger: "no position", err: err}
