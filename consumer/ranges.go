@@ -113,3 +113,27 @@ func ReadRanges(ctx context.Context, cfg Config, ranges map[int32]Range, fn func
 	}
 	return g.Wait()
 }
+
+// Pending reports, per partition of ranges, whether [From, To) holds a
+// record a read committed consumer would get: on a transactional topic
+// the offsets just below the end can be transaction markers or aborted
+// records, which no flow ever commits a position past.
+func Pending(ctx context.Context, cfg Config, ranges map[int32]Range) (map[int32]bool, error) {
+	prober := &tailProber{brokers: cfg.Brokers, conf: baseConfig(cfg.ClientID, cfg.TLS, cfg.SASL)}
+	defer prober.close()
+	out := make(map[int32]bool, len(ranges))
+	for p, r := range ranges {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if r.From >= r.To {
+			continue
+		}
+		more, err := prober.hasRecordsBefore(cfg.Topic, p, r.From, r.To)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %s/%d: %w", cfg.Topic, p, err)
+		}
+		out[p] = more
+	}
+	return out, nil
+}

@@ -51,6 +51,7 @@ type goal struct {
 	f         *spec.Flow
 	ends      map[int32]int64 // Kafka: partition -> end offset at the start
 	topic     string
+	cfg       consumer.Config
 	files     []string // files flows: the files there were at the start
 	snapshot  string   // snapshot flows: the newest ready version at the start
 	once      bool     // a once-flow: done when complete
@@ -119,6 +120,7 @@ func goalOf(ctx context.Context, p *spec.Pipeline, f *spec.Flow) (goal, error) {
 		if g.ends, err = consumer.EndOffsets(ctx, cfg); err != nil {
 			return g, err
 		}
+		g.cfg = cfg
 		g.topic = f.Source.Kafka.Topic
 	case f.Kind == spec.KindAutoCDCFromSnapshot && f.Source.Snapshots != nil:
 		planned, err := backfill.PlanSnapshots(p.Dir, f.Source.Snapshots.Path, nil)
@@ -170,14 +172,24 @@ func standing(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, goals []go
 			}
 		}
 		pos := heads.Kafka()
-		for _, part := range slices.Sorted(maps.Keys(g.ends)) {
-			end := g.ends[part]
-			at, ok := pos[batch.TopicPartition{Topic: g.topic, Partition: part}]
-			if end > 0 && (!ok || at < end) {
-				if !ok {
-					at = 0
+		short := map[int32]consumer.Range{}
+		for part, end := range g.ends {
+			at := pos[batch.TopicPartition{Topic: g.topic, Partition: part}]
+			if at < end {
+				short[part] = consumer.Range{From: at, To: end}
+			}
+		}
+		if len(short) > 0 {
+			// Below the end may be only transaction markers and aborted
+			// records: nothing to commit.
+			pending, err := consumer.Pending(ctx, g.cfg, short)
+			if err != nil {
+				return nil, err
+			}
+			for _, part := range slices.Sorted(maps.Keys(short)) {
+				if r := short[part]; pending[part] {
+					behind = append(behind, fmt.Sprintf("partition %s/%d at offset %d of %d (%d behind)", g.topic, part, r.From, r.To, r.To-r.From))
 				}
-				behind = append(behind, fmt.Sprintf("partition %s/%d at offset %d of %d (%d behind)", g.topic, part, at, end, end-at))
 			}
 		}
 		done := heads.Files()
