@@ -1,7 +1,7 @@
 # sluice: `make test` runs every test; `make bench` the benchmarks.
 GO        ?= go
 # Packages with concurrency run under the race detector.
-RACE_PKGS := ./consumer/... ./sinks/... ./flows/... ./checkpoint/... ./cdc/... ./backfill/...
+RACE_PKGS := ./consumer/... ./sinks/... ./flows/... ./checkpoint/... ./cdc/... ./backfill/... ./metrics/...
 
 .PHONY: all build test test-unit test-race test-integration bench fmt vet demo
 

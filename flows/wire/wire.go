@@ -147,7 +147,7 @@ func (d *Decoder) Records(ctx context.Context, recs []batch.Record) (Result, err
 	res := Result{Records: make([]batch.Record, 0, len(recs))}
 	size := 0
 	for i := range recs {
-		size += 2*len(recs[i].Value) + len(recs[i].Key) + 16
+		size += 3*len(recs[i].Value) + 2*len(recs[i].Key) + 16 // Avro grows about 2.6 times as JSON
 	}
 	buf := make([]byte, 0, size)
 	seen := map[int]*Schema{}
