@@ -73,6 +73,9 @@ type Config struct {
 	SASL *SASL
 
 	Logger *slog.Logger // nil discards
+	// Connected, when set, is called once Consume reached the brokers
+	// (after a ConnectError of an earlier call, the outage is over).
+	Connected func()
 
 	catchUpPoll time.Duration // tests: how often a batch kept filling while behind looks; default catchUpPoll
 }

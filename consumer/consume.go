@@ -55,9 +55,12 @@ func Consume(ctx context.Context, cfg Config, h Handler) error {
 				return perr
 			}
 		}
-		return &ConnectError{Brokers: cfg.Brokers, TLS: cfg.TLS != nil, Err: err}
+		return connectError(cfg, err)
 	}
 	defer client.Close()
+	if cfg.Connected != nil {
+		cfg.Connected()
+	}
 
 	r := &runner{
 		cfg:    cfg,
@@ -132,6 +135,17 @@ func (e *ConnectError) Error() string {
 }
 
 func (e *ConnectError) Unwrap() error { return e.Err }
+
+// connectError is the error of a client that did not connect: a
+// ConnectError (worth waiting for) unless the brokers refused it (bad
+// credentials, a bad configuration), which no wait changes.
+func connectError(cfg Config, err error) error {
+	var ce sarama.ConfigurationError
+	if errors.Is(err, sarama.ErrSASLAuthenticationFailed) || errors.As(err, &ce) || errors.Is(err, sarama.ErrClusterAuthorizationFailed) {
+		return fmt.Errorf("consumer: connect to %v: %w (check kafka.sasl and kafka.tls)", cfg.Brokers, err)
+	}
+	return &ConnectError{Brokers: cfg.Brokers, TLS: cfg.TLS != nil, Err: err}
+}
 
 // Connecting tells the runner's retries which errors to retry: a
 // ConnectError.

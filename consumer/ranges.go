@@ -25,7 +25,7 @@ const rangeBatch = 1000
 func ReadRanges(ctx context.Context, cfg Config, ranges map[int32]Range, fn func(partition int32, recs []batch.Record) error) error {
 	client, err := sarama.NewClient(cfg.Brokers, baseConfig(cfg.ClientID, cfg.TLS, cfg.SASL))
 	if err != nil {
-		return &ConnectError{Brokers: cfg.Brokers, TLS: cfg.TLS != nil, Err: err}
+		return connectError(cfg, err)
 	}
 	defer client.Close()
 	parts := make([]int32, 0, len(ranges))

@@ -9,6 +9,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/IBM/sarama"
 )
 
 // A TLS client against a plaintext Kafka port waits for a handshake the
@@ -54,10 +56,11 @@ func probeTLS(ctx context.Context, brokers []string, tlsCfg *tls.Config) error {
 		cfg := &tls.Config{InsecureSkipVerify: true} // only: does it speak TLS?
 		if tlsCfg != nil {
 			cfg = tlsCfg.Clone()
-			if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
-				if host, _, err := net.SplitHostPort(addr); err == nil {
-					cfg.ServerName = host
-				}
+		}
+		if cfg.ServerName == "" {
+			// As sarama sends it: endpoints routed by SNI need it.
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				cfg.ServerName = host
 			}
 		}
 		tc := tls.Client(conn, cfg)
@@ -82,11 +85,34 @@ func probeTLS(ctx context.Context, brokers []string, tlsCfg *tls.Config) error {
 			return nil
 		case handshook:
 			return nil
-		case notTLS:
+		case errors.As(err, &rh):
+			return &MismatchError{Broker: addr, TLS: true, Err: err} // it answered, not in TLS
+		case notTLS && speaksPlaintext(addr):
+			// Silence or a closed connection is no proof by itself (a
+			// broker starting, or limiting connections): a plaintext
+			// request it answers is.
 			return &MismatchError{Broker: addr, TLS: true, Err: err}
+		case notTLS:
+			return nil
 		default:
 			return fmt.Errorf("consumer: TLS with broker %s: %w", addr, err)
 		}
 	}
 	return nil
+}
+
+// speaksPlaintext reports whether addr answers a plaintext Kafka
+// ApiVersions request.
+func speaksPlaintext(addr string) bool {
+	conf := sarama.NewConfig()
+	conf.Version = kafkaVersion
+	conf.Net.DialTimeout, conf.Net.ReadTimeout, conf.Net.WriteTimeout = probeTimeout, probeTimeout, probeTimeout
+	conf.ApiVersionsRequest = false
+	b := sarama.NewBroker(addr)
+	if err := b.Open(conf); err != nil {
+		return false
+	}
+	defer b.Close()
+	_, err := b.ApiVersions(&sarama.ApiVersionsRequest{})
+	return err == nil
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
 )
 
 // nop is a handler that is never called: the consumers below do not get
@@ -46,5 +50,24 @@ func TestTLSMismatch(t *testing.T) {
 				t.Error("a mismatch is retried")
 			}
 		})
+	}
+}
+
+// TestConnectErrorKinds waits for brokers that are not there, not for
+// ones that refuse the client.
+func TestConnectErrorKinds(t *testing.T) {
+	cfg := Config{Brokers: []string{"b:9092"}}
+	for _, tc := range []struct {
+		err   error
+		retry bool
+	}{
+		{sarama.Wrap(sarama.ErrOutOfBrokers, io.EOF), true},
+		{sarama.Wrap(sarama.ErrOutOfBrokers, syscall.ECONNREFUSED), true},
+		{sarama.Wrap(sarama.ErrOutOfBrokers, sarama.ErrSASLAuthenticationFailed), false},
+		{sarama.ConfigurationError("bad"), false},
+	} {
+		if got := (Connecting{}).Retryable(connectError(cfg, tc.err)); got != tc.retry {
+			t.Errorf("%v: retryable %v, want %v", tc.err, got, tc.retry)
+		}
 	}
 }

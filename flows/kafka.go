@@ -45,8 +45,17 @@ func (r *runner) runKafkaFlow(ctx context.Context, f *spec.Flow, h batchHandler)
 	kf.log.Info("flow starting", "kind", f.Kind, "topic", cfg.Topic, "group", cfg.Group, "mode", r.opts.Mode.String())
 	start := time.Now()
 	// Brokers not reachable yet are waited for as a destination is: run
-	// until stopped, update for RetryFor.
+	// until stopped, update for RetryFor. The retry's own recovery comes
+	// only when Consume returns: the outage ends when it connected.
+	attempts := 0
+	cfg.Connected = func() {
+		if attempts > 1 {
+			r.log.Info("broker recovered", "flow", f.Name, "attempts", attempts, "after", time.Since(start).Round(time.Millisecond).String())
+			r.opts.Metrics.FlowFailing(f.Name, nil)
+		}
+	}
 	err = r.retryWith(ctx, "connect to the brokers", consumer.Connecting{}, func(ctx context.Context) error {
+		attempts++
 		return consumer.Consume(ctx, cfg, kf)
 	})
 	kf.log.Info("flow stopped", "rows", kf.rows.Load(), "dead_letters", kf.deadLetters.Load(),

@@ -161,6 +161,12 @@ func (r *runner) runTarget(ctx context.Context, t *cdcTarget, held *leaseKeeper,
 	if !ok {
 		return errors.New("the destination cannot lease CDC targets")
 	}
+	// A process waiting for the lease is a standby, ready to take over: its
+	// flows count as started (readiness), so that a rolling deploy's new
+	// process is ready before the old one, which holds the lease, stops.
+	for _, i := range flows {
+		r.opts.Metrics.FlowStarted(r.p.Flows[i].Name)
+	}
 	k := held
 	for {
 		if k == nil {

@@ -152,6 +152,10 @@ func (r *runner) commitAs(ctx context.Context, f *spec.Flow, ledgerFlow string, 
 			phases[metrics.PhasePublish] = t.publish
 		}
 		r.opts.Metrics.Committed(r.p.Pipeline, f.Name, f.Target, p.rows, t.reasons, phases)
+		// A committed load: the flow and the destination are well, whatever
+		// failed before it.
+		r.opts.Metrics.FlowFailing(f.Name, nil)
+		r.opts.Metrics.Destination(nil)
 		ft := r.tally(ledgerFlow)
 		ft.loads.Add(1)
 		ft.rows.Add(p.rows)

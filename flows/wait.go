@@ -41,6 +41,7 @@ type WaitedFlow struct {
 	Flow     string   `json:"flow"`
 	CaughtUp bool     `json:"caught_up"`
 	Behind   []string `json:"behind,omitempty"`
+	Note     string   `json:"note,omitempty"` // why the flow is not waited on, when it is not
 }
 
 // ErrWaitTimeout is a Wait whose timeout passed before every flow caught up.
@@ -52,6 +53,8 @@ type goal struct {
 	ends      map[int32]int64 // Kafka: partition -> end offset at the start
 	topic     string
 	cfg       consumer.Config
+	starts    map[int32]int64 // Kafka: the log start offsets at the start
+	latest    bool            // Kafka: a partition without a position starts at its end
 	files     []string // files flows: the files there were at the start
 	snapshot  string   // snapshot flows: the newest ready version at the start
 	once      bool     // a once-flow: done when complete
@@ -120,7 +123,10 @@ func goalOf(ctx context.Context, p *spec.Pipeline, f *spec.Flow) (goal, error) {
 		if g.ends, err = consumer.EndOffsets(ctx, cfg); err != nil {
 			return g, err
 		}
-		g.cfg = cfg
+		if g.starts, err = consumer.StartOffsets(ctx, cfg); err != nil {
+			return g, err
+		}
+		g.cfg, g.latest = cfg, f.Start == spec.StartLatest
 		g.topic = f.Source.Kafka.Topic
 	case f.Kind == spec.KindAutoCDCFromSnapshot && f.Source.Snapshots != nil:
 		planned, err := backfill.PlanSnapshots(p.Dir, f.Source.Snapshots.Path, nil)
@@ -174,7 +180,13 @@ func standing(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, goals []go
 		pos := heads.Kafka()
 		short := map[int32]consumer.Range{}
 		for part, end := range g.ends {
-			at := pos[batch.TopicPartition{Topic: g.topic, Partition: part}]
+			at, ok := pos[batch.TopicPartition{Topic: g.topic, Partition: part}]
+			if !ok {
+				if g.latest {
+					continue // the flow reads what comes after its start: nothing of this partition yet
+				}
+				at = g.starts[part] // what retention kept is what the flow will read
+			}
 			if at < end {
 				short[part] = consumer.Range{From: at, To: end}
 			}
@@ -207,7 +219,7 @@ func standing(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, goals []go
 				behind = append(behind, "snapshot "+g.snapshot+" not applied")
 			}
 		}
-		wf := WaitedFlow{Flow: g.f.Name, CaughtUp: len(behind) == 0, Behind: behind}
+		wf := WaitedFlow{Flow: g.f.Name, CaughtUp: len(behind) == 0, Behind: behind, Note: g.unplanned}
 		rep.CaughtUp = rep.CaughtUp && wf.CaughtUp
 		rep.Flows = append(rep.Flows, wf)
 	}

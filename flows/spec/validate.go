@@ -1333,8 +1333,6 @@ func compile(src string, env map[string]any, asBool bool) error {
 	return fmt.Errorf("expression %q: %s", src, msg)
 }
 
-// tombstones checks what a Kafka source's tombstones become, and how
-// their message keys name the key they delete.
 // schemaRegistry checks a source's registry connection.
 func (c *checker) schemaRegistry(path string, r *SchemaRegistry) {
 	if r == nil {
@@ -1361,6 +1359,8 @@ func (c *checker) schemaRegistry(path string, r *SchemaRegistry) {
 	}
 }
 
+// tombstones checks what a Kafka source's tombstones become, and how
+// their message keys name the key they delete.
 func (c *checker) tombstones(path, sp string, f *Flow, k *KafkaSource) {
 	switch k.Tombstones {
 	case "", TombstonesDelete, TombstonesSkip, TombstonesDeadLetter:

@@ -220,7 +220,7 @@ var errTrailing = errors.New("bytes left after the record: the message does not 
 func (c *avroCodec) transcode(r *avro.Reader, data, out []byte) ([]byte, error) {
 	r.Reset(data)
 	r.Error = nil // Reset keeps the last message's end of input
-	out = appendAvro(r, c.root, out)
+	out = appendAvroLimit(r, c.root, out, len(data))
 	if r.Error != nil {
 		return out, fmt.Errorf("invalid Avro data for its writer schema: %w", r.Error)
 	}
@@ -230,7 +230,27 @@ func (c *avroCodec) transcode(r *avro.Reader, data, out []byte) ([]byte, error) 
 	return out, nil
 }
 
-func appendAvro(r *avro.Reader, n *anode, out []byte) []byte {
+// zeroSize reports whether a value of n can take no bytes (null, an empty
+// record): only then may a block count exceed the message's size.
+func zeroSize(n *anode) bool {
+	switch n.kind {
+	case aNull:
+		return true
+	case aRecord:
+		for _, k := range n.kids {
+			if !zeroSize(k) {
+				return false
+			}
+		}
+		return true
+	case aFixed:
+		return n.size == 0
+	}
+	return false
+}
+
+// appendAvroLimit is appendAvro in a message of limit bytes.
+func appendAvroLimit(r *avro.Reader, n *anode, out []byte, limit int) []byte {
 	if r.Error != nil {
 		return out
 	}
@@ -259,7 +279,7 @@ func appendAvro(r *avro.Reader, n *anode, out []byte) []byte {
 			}
 			out = appendString(out, []byte(n.names[i]))
 			out = append(out, ':')
-			out = appendAvro(r, k, out)
+			out = appendAvroLimit(r, k, out, limit)
 		}
 		return append(out, '}')
 	case aEnum:
@@ -269,39 +289,44 @@ func appendAvro(r *avro.Reader, n *anode, out []byte) []byte {
 			return out
 		}
 		return appendString(out, []byte(n.names[i]))
-	case aArray:
-		out = append(out, '[')
+	case aArray, aMap:
+		open, end := byte('['), byte(']')
+		if n.kind == aMap {
+			open, end = '{', '}'
+		}
+		out = append(out, open)
 		first := true
-		r.ReadArrayCB(func(r *avro.Reader) bool {
-			if !first {
-				out = append(out, ',')
+		// The library's block callbacks go on through a block's count
+		// after an error: a corrupt count would run for ever.
+		for r.Error == nil {
+			count, _ := r.ReadBlockHeader()
+			if count == 0 || r.Error != nil {
+				break
 			}
-			first = false
-			out = appendAvro(r, n.kids[0], out)
-			return r.Error == nil
-		})
-		return append(out, ']')
-	case aMap:
-		out = append(out, '{')
-		first := true
-		r.ReadMapCB(func(r *avro.Reader, key string) bool {
-			if !first {
-				out = append(out, ',')
+			if count > int64(limit) && !zeroSize(n.kids[0]) {
+				r.ReportError("block", fmt.Sprintf("a block of %d items in a message of %d bytes", count, limit))
+				break
 			}
-			first = false
-			out = appendString(out, []byte(key))
-			out = append(out, ':')
-			out = appendAvro(r, n.kids[0], out)
-			return r.Error == nil
-		})
-		return append(out, '}')
+			for ; count > 0 && r.Error == nil; count-- {
+				if !first {
+					out = append(out, ',')
+				}
+				first = false
+				if n.kind == aMap {
+					out = appendString(out, r.ReadBytes())
+					out = append(out, ':')
+				}
+				out = appendAvroLimit(r, n.kids[0], out, limit)
+			}
+		}
+		return append(out, end)
 	case aUnion:
 		i := r.ReadLong()
 		if i < 0 || int(i) >= len(n.kids) {
 			r.ReportError("union", fmt.Sprintf("branch index %d out of range", i))
 			return out
 		}
-		return appendAvro(r, n.kids[i], out)
+		return appendAvroLimit(r, n.kids[i], out, limit)
 	case aFixed:
 		b := make([]byte, n.size)
 		r.Read(b)

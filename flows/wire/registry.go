@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -73,8 +74,12 @@ func (r *Registry) Schema(ctx context.Context, id int) (*Schema, error) {
 	if s != nil {
 		return s, nil
 	}
-	v, err, _ := r.single.Do(fmt.Sprint(id), func() (any, error) {
-		s, err := r.fetch(ctx, id)
+	// One fetch per id serves every caller waiting for it: it must not end
+	// with the first caller's context.
+	ch := r.single.DoChan(fmt.Sprint(id), func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		s, err := r.fetch(fctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -83,10 +88,15 @@ func (r *Registry) Schema(ctx context.Context, id int) (*Schema, error) {
 		r.mu.Unlock()
 		return s, nil
 	})
-	if err != nil {
-		return nil, err
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*Schema), nil
 	}
-	return v.(*Schema), nil
 }
 
 // fetch reads schema id and the schemas it references, and compiles it.
@@ -135,7 +145,12 @@ func (r *Registry) references(ctx context.Context, refs []sr.SchemaReference, in
 func (r *Registry) wrap(what string, err error) error {
 	var re *sr.ResponseError
 	if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
-		return fmt.Errorf("schema registry %s: %s: %w (%s)", r.url, what, ErrUnknownSchema, re.Error())
+		switch re.ErrorCode {
+		case sr.ErrSchemaNotFound.Code, sr.ErrSubjectNotFound.Code, sr.ErrVersionNotFound.Code:
+			return fmt.Errorf("schema registry %s: %s: %w (%s)", r.url, what, ErrUnknownSchema, re.Error())
+		}
+		// A 404 that is no registry's answer (a wrong path in the url, a
+		// proxy): the registry was not asked.
 	}
 	return &UnavailableError{URL: r.url, What: what, Err: err}
 }
@@ -152,7 +167,7 @@ func (e *UnavailableError) Error() string {
 	var re *sr.ResponseError
 	if errors.As(e.Err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
 		hint = " (check source.kafka.schema_registry.username and password)"
-	} else if !errors.As(e.Err, &re) {
+	} else if !errors.As(e.Err, &re) || re.StatusCode == http.StatusNotFound {
 		hint = " (is source.kafka.schema_registry.url right, and the registry up?)"
 	}
 	msg := e.Err.Error()
@@ -192,7 +207,15 @@ func (Classifier) Retryable(err error) bool {
 	}
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
-		return re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests || re.StatusCode == http.StatusRequestTimeout
+		return re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests || re.StatusCode == http.StatusRequestTimeout ||
+			re.StatusCode == http.StatusNotFound
+	}
+	// A certificate refused is no outage: trying again cannot help.
+	var ce *tls.CertificateVerificationError
+	var ue2 x509.UnknownAuthorityError
+	var he x509.HostnameError
+	if errors.As(err, &ce) || errors.As(err, &ue2) || errors.As(err, &he) {
+		return false
 	}
 	return !errors.Is(err, context.Canceled)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -126,8 +127,12 @@ func NewDecoder(reg *Registry, f Format, guard Guard) *Decoder {
 	if guard == nil {
 		guard = func(ctx context.Context, _ string, op func(context.Context) error) error { return op(ctx) }
 	}
-	return &Decoder{reg: reg, format: f, guard: guard, r: avro.NewReader(nil, 0)}
+	return &Decoder{reg: reg, format: f, guard: guard, r: avro.NewReader(nil, 0, avro.WithReaderConfig(readerConfig))}
 }
+
+// readerConfig lifts the library's 1 MiB bound on one string or bytes
+// value: the message's own size bounds it.
+var readerConfig = avro.Config{MaxByteSliceSize: math.MaxInt32}.Freeze()
 
 // Result is a batch of records rewritten by Records.
 type Result struct {
@@ -188,8 +193,12 @@ func (d *Decoder) Records(ctx context.Context, recs []batch.Record) (Result, err
 			}
 		}
 		if err == nil && framed(rec.Key) {
+			// A key that looks framed may be none (a long key of the
+			// Kafka serializer starts with 0 too): one that does not decode
+			// stays as it is, for what needs the key to judge.
 			start = len(buf)
-			if buf, _, err = d.decode(rec.Key, buf, schema, true); err == nil {
+			var kerr error
+			if buf, _, kerr = d.decode(rec.Key, buf, schema, true); kerr == nil {
 				out.Key = buf[start:len(buf):len(buf)]
 				if d.KeyText && len(out.Key) > 0 && out.Key[0] == '"' {
 					var text string
@@ -197,8 +206,10 @@ func (d *Decoder) Records(ctx context.Context, recs []batch.Record) (Result, err
 						out.Key = []byte(text)
 					}
 				}
+			} else if !isRecordError(kerr) {
+				err = kerr // the registry could not be asked
 			} else {
-				err = fmt.Errorf("message key: %w", err)
+				buf = buf[:start]
 			}
 		}
 		if err != nil {

@@ -123,6 +123,7 @@ func TestAvroRefusals(t *testing.T) {
 	fake, reg := newRegistry(t)
 	id := register(t, fake, "r", sr.Schema{Schema: `{"type":"record","name":"R","fields":[{"name":"x","type":"long"},{"name":"u","type":["null","long"]}]}`})
 	pid := register(t, fake, "p", sr.Schema{Schema: `syntax = "proto3"; message M { int64 x = 1; }`, Type: sr.TypeProtobuf})
+	aid := register(t, fake, "a", sr.Schema{Schema: `{"type":"array","items":"long"}`})
 	d := NewDecoder(reg, Avro, nil)
 	for _, tc := range []struct {
 		name, reason, msg string
@@ -134,11 +135,28 @@ func TestAvroRefusals(t *testing.T) {
 		{"short", batch.ReasonUndecodable, "invalid Avro data", frame(id, []byte{2})},
 		{"union branch", batch.ReasonUndecodable, "branch index", frame(id, []byte{2, 8})},
 		{"other type", batch.ReasonUndecodable, "is Protobuf, and the flow reads format avro", frame(pid, []byte{0, 8, 1})},
+		{"huge block count", batch.ReasonUndecodable, "a block of 50000000 items", frame(aid, []byte{0x80, 0xc2, 0xd7, 0x2f})},
 	} {
 		_, dl := decodeOne(t, d, tc.value)
 		if dl == nil || dl.Reason != tc.reason || !strings.Contains(dl.Error, tc.msg) || dl.Position != "0/7" || string(dl.Payload) != string(tc.value) {
 			t.Errorf("%s: dead letter %+v, want reason %s and %q", tc.name, dl, tc.reason, tc.msg)
 		}
+	}
+}
+
+// TestAvroLargeValues reads a string larger than the library's default
+// bound of 1 MiB.
+func TestAvroLargeValues(t *testing.T) {
+	fake, reg := newRegistry(t)
+	id := register(t, fake, "s", sr.Schema{Schema: `"string"`})
+	big := strings.Repeat("x", 3<<20)
+	b, err := avro.Marshal(avro.MustParse(`"string"`), big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, dl := decodeOne(t, NewDecoder(reg, Avro, nil), frame(id, b))
+	if dl != nil || len(got) != len(big)+2 {
+		t.Fatalf("a 3 MiB string: %d bytes, dead letter %+v", len(got), dl)
 	}
 }
 
@@ -158,6 +176,13 @@ func TestFramedKeys(t *testing.T) {
 	if len(res.Records) != 2 || string(res.Records[0].Key) != `{"id":3}` || res.Records[0].Value != nil ||
 		string(res.Records[1].Value) != `{"op":"c"}` || res.Records[1].Raw != nil {
 		t.Errorf("records %+v", res.Records)
+	}
+	// A key that only looks framed (a long of the Kafka serializer) stays
+	// as it is, and its record decodes.
+	long42 := []byte{0, 0, 0, 0, 0, 0, 0, 42}
+	res, err = d.Records(context.Background(), []batch.Record{{Key: long42, Value: []byte(`{"op":"c"}`)}})
+	if err != nil || len(res.Records) != 1 || string(res.Records[0].Key) != string(long42) || len(res.DeadLetters) != 0 {
+		t.Errorf("a long key: %+v, %v", res, err)
 	}
 	// A string key schema, under key_format: string, is its text.
 	sid := register(t, fake, "ks", sr.Schema{Schema: `"string"`})

@@ -366,11 +366,11 @@ func (l *load) stateName() string {
 	return "open"
 }
 
-// Commit takes the locks of the load's From slots, checks the chain, writes
-// the ledger row (the commit point) and publishes the staged partitions.
 // PublishTime implements sinks.Phased.
 func (l *load) PublishTime() time.Duration { return l.publish }
 
+// Commit takes the locks of the load's From slots, checks the chain, writes
+// the ledger row (the commit point) and publishes the staged partitions.
 func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -270,12 +270,12 @@ func (l *load) stagedFiles() int {
 	return n
 }
 
-// Commit finishes and syncs the staged files, then under the destination
-// lock checks the load against the ledger, appends its ledger line (the
-// commit point) and publishes it.
 // PublishTime implements sinks.Phased.
 func (l *load) PublishTime() time.Duration { return l.publish }
 
+// Commit finishes and syncs the staged files, then under the destination
+// lock checks the load against the ledger, appends its ledger line (the
+// commit point) and publishes it.
 func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	if err := l.usable(); err != nil {
 		return err
