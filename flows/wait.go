@@ -55,10 +55,10 @@ type goal struct {
 	cfg       consumer.Config
 	starts    map[int32]int64 // Kafka: the log start offsets at the start
 	latest    bool            // Kafka: a partition without a position starts at its end
-	files     []string // files flows: the files there were at the start
-	snapshot  string   // snapshot flows: the newest ready version at the start
-	once      bool     // a once-flow: done when complete
-	unplanned string   // why the flow is not waited on, when it is not
+	files     []string        // files flows: the files there were at the start
+	snapshot  string          // snapshot flows: the newest ready version at the start
+	once      bool            // a once-flow: done when complete
+	unplanned string          // why the flow is not waited on, when it is not
 }
 
 // Wait waits until every flow of o.Flows (all when nil) has committed what
