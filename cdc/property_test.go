@@ -429,7 +429,7 @@ func TestPropertySCD2(t *testing.T) { rapid.Check(t, checkProperty(true, true)) 
 func TestPropertySCD1Ties(t *testing.T) { rapid.Check(t, checkProperty(false, false)) }
 func TestPropertySCD2Ties(t *testing.T) { rapid.Check(t, checkProperty(true, false)) }
 
-// Snapshots (SN1): an SCD type 2 snapshot at V is an upsert at V of each
+// Snapshots (docs/cdc.md#snapshots-on-scd-type-2): an SCD type 2 snapshot at V is an upsert at V of each
 // key it holds and a delete at V of every other key, also of keys first
 // seen after it was applied. Up to two snapshots, applied in version order
 // at drawn points of the CDC stream, give the table the oracle gives their

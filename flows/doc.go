@@ -37,6 +37,14 @@
 //	expire.go        forgetting expired key state, and compaction of CDC targets
 //	refresh.go       full and per-flow refresh
 //	status.go        what `sluice status` reports
+//	wait.go          `sluice wait`: until the flows committed what their sources held
+//	verify.go        `sluice verify`: a target per day against its source read again
+//	deadletters.go   `sluice dead-letters`: pending dead letters, and their replay
+//	wireformat.go    Avro and Protobuf messages of a schema registry (package wire)
+//	infer.go         tables typed by their data: inferred columns and their evolution
+//	contract.go      schema contracts of tables typed by their messages
+//	rules.go         where filters, expectations and computed columns of a flow
+//	version.go       _sluice_version: the pipeline's schema history
 //	tls.go, loadid.go, spilldir.go
 //	                 Kafka security settings, load ids, spill folders
 package flows

@@ -605,6 +605,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// named is a classifier that names what it classifies the errors of, for
+// the retry log lines and metrics ("destination" when it does not).
+type named interface{ Component() string }
+
 // flowKey is the context key of the flow an operation is for.
 type flowKey struct{}
 
@@ -645,7 +649,7 @@ func (r *runner) retryWith(ctx context.Context, what string, c sinks.Classifier,
 	start := time.Now()
 	backoff := 100 * time.Millisecond
 	component := "destination"
-	if n, ok := c.(interface{ Component() string }); ok {
+	if n, ok := c.(named); ok {
 		component = n.Component()
 	}
 	flow := flowOf(ctx)

@@ -184,8 +184,8 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 	}
 }
 
-// TestSnapshotClosesKeysSeenLater is rule SN1 of docs/cdc.md on an SCD
-// type 2 target, in update and run modes: a snapshot at 100 holds keys 1
+// TestSnapshotClosesKeysSeenLater checks docs/cdc.md#snapshots-on-scd-type-2
+// on an SCD type 2 target, in update and run modes: a snapshot at 100 holds keys 1
 // and 2; a change of key 3 at 80, arriving after it, opens a version the
 // snapshot closes at 100. Key 4's last version had ended before the
 // snapshot; a late change of it at 90 ends at 100 too.
