@@ -42,7 +42,8 @@
 //	deadletters.go   `sluice dead-letters`: pending dead letters, and their replay
 //	wireformat.go    Avro and Protobuf messages of a schema registry (package wire)
 //	infer.go         tables typed by their data: inferred columns and their evolution
-//	contract.go      schema contracts of tables typed by their messages
+//	contract.go      what a CDC target was first written under (keys, SCD type,
+//	                 sequence type), and the refusal of a start under other ones
 //	rules.go         where filters, expectations and computed columns of a flow
 //	version.go       _sluice_version: the pipeline's schema history
 //	tls.go, loadid.go, spilldir.go
