@@ -33,6 +33,9 @@ type WaitReport struct {
 	CaughtUp bool         `json:"caught_up"`
 	Waited   string       `json:"waited"`
 	Flows    []WaitedFlow `json:"flows"`
+	// Unpublished counts the committed loads not yet visible (a writer
+	// between its commit point and its publication).
+	Unpublished int `json:"unpublished,omitempty"`
 }
 
 // WaitedFlow is one flow's standing: Behind lists, one line each, what it
@@ -222,6 +225,13 @@ func standing(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, goals []go
 		wf := WaitedFlow{Flow: g.f.Name, CaughtUp: len(behind) == 0, Behind: behind, Note: g.unplanned}
 		rep.CaughtUp = rep.CaughtUp && wf.CaughtUp
 		rep.Flows = append(rep.Flows, wf)
+	}
+	if st, ok := sink.(sinks.Settler); ok && rep.CaughtUp {
+		// Committed is not yet visible: a reader must see the rows.
+		if rep.Unpublished, err = st.Unpublished(ctx); err != nil {
+			return nil, err
+		}
+		rep.CaughtUp = rep.Unpublished == 0
 	}
 	return rep, nil
 }

@@ -134,6 +134,15 @@ type Phased interface {
 	PublishTime() time.Duration
 }
 
+// Settler is a destination that tells whether every committed load is
+// visible: a load is committed at its ledger row and visible once
+// published, which its writer does at once after, or the next Recover
+// when the writer died in between.
+type Settler interface {
+	// Unpublished counts the committed loads not published yet.
+	Unpublished(ctx context.Context) (int, error)
+}
+
 // FlowTotals are the counts of a flow's committed loads.
 type FlowTotals struct {
 	Loads       int64

@@ -76,6 +76,9 @@ func printWait(g *globals, rep *flows.WaitReport, format string) {
 		return
 	}
 	fmt.Fprintf(g.stdout, "still behind after %s:\n", rep.Waited)
+	if rep.Unpublished > 0 {
+		fmt.Fprintf(g.stdout, "  %d committed load(s) not published yet\n", rep.Unpublished)
+	}
 	for _, f := range rep.Flows {
 		if !f.CaughtUp {
 			fmt.Fprintf(g.stdout, "  %s: %s\n", f.Flow, strings.Join(f.Behind, "; "))

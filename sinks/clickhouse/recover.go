@@ -282,3 +282,32 @@ func (s *Sink) markerOwner(ctx context.Context, enc string) (string, bool, error
 	}
 	return vals[0], true, nil
 }
+
+// Unpublished implements sinks.Settler: the committed loads whose staging
+// tables are still there (publication drops them).
+func (s *Sink) Unpublished(ctx context.Context) (int, error) {
+	ages, err := s.objectAges(ctx)
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for name := range ages {
+		_, enc, _, ok := parseStage(name)
+		if !ok || seen[enc] {
+			continue
+		}
+		seen[enc] = true
+		if id, err := decodeID(enc); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	committed, err := s.committedAt(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	return len(committed), nil
+}

@@ -326,6 +326,42 @@ func (s *Sink) Heads(ctx context.Context, pipeline, flow string, slots []string)
 	return s.led.flowHeads(pipeline, flow, slots), nil
 }
 
+// Unpublished implements sinks.Settler: the committed loads whose staging
+// folder is still there (publication removes it).
+func (s *Sink) Unpublished(ctx context.Context) (int, error) {
+	if s.closed.Load() {
+		return 0, errClosed
+	}
+	s.led.mu.Lock()
+	err := s.led.refresh(false)
+	ids := make([]string, len(s.led.entries))
+	for i := range s.led.entries {
+		ids[i] = s.led.entries[i].LoadID
+	}
+	s.led.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("local: %w", err)
+	}
+	staged, err := s.disk.ReadDir(s.lay.staging())
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("local: %w", err)
+	}
+	present := make(map[string]bool, len(staged))
+	for _, e := range staged {
+		present[e.Name()] = true
+	}
+	n := 0
+	for _, id := range ids {
+		if present[fsName(id)] {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Totals returns, per flow of pipeline, the counts of its committed loads
 // that moved its positions since its last reset.
 func (s *Sink) Totals(ctx context.Context, pipeline string) (map[string]sinks.FlowTotals, error) {

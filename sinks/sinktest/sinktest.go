@@ -662,6 +662,21 @@ func testPublishRetried(t *testing.T, h *harness, c config, file bool) {
 	if rc, ok := s.(sinks.Classifier); ok && !rc.Retryable(err) {
 		t.Fatalf("publishing error %v is not retryable", err)
 	}
+	unpublished := func(s sinks.Sink) int {
+		t.Helper()
+		st, ok := s.(sinks.Settler)
+		if !ok {
+			t.Fatal("the sink does not tell its unpublished loads (sinks.Settler)")
+		}
+		n, err := st.Unpublished(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := unpublished(h.sink()); n != 1 {
+		t.Errorf("%d unpublished loads after a publication failed past the commit point, want 1", n)
+	}
 	for i, s := range []sinks.Sink{s, h.sink()} {
 		if err := load(s, pos(10), pos(20), [2]int{10, 20}); !errors.Is(err, sinks.ErrStale) {
 			t.Fatalf("retry %d of the committed load: %v, want ErrStale", i, err)
@@ -672,6 +687,9 @@ func testPublishRetried(t *testing.T, h *harness, c config, file bool) {
 	}
 	s2 := h.sink()
 	recoverLedger(t, s2)
+	if n := unpublished(s2); n != 0 {
+		t.Errorf("%d unpublished loads after recovery, want 0", n)
+	}
 	for i, s := range []sinks.Sink{s, s2} {
 		if got := ids(t, scan(t, s, "orders"), "id"); !slices.Equal(got, seq(0, 30)) {
 			t.Fatalf("sink %d: ids %v, want 0..29 once each", i, got)
