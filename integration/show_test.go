@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // showIDs runs show with args in jsonl and returns the id of each row
@@ -128,4 +130,48 @@ func TestShowListsTables(t *testing.T) {
 			t.Fatalf("--limit without a table: exit %d, want 2", res.code)
 		}
 	})
+}
+
+// TestStatusWatch checks that status --watch prints the status again every
+// --interval, in separate blocks when stdout is no terminal, and exits 0
+// on SIGINT.
+func TestStatusWatch(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, map[string]int32{"events": 1})
+	produce(t, b.Addr(), "events", 1, 11)
+	spec := writeSpec(t, localDest{}, b.Addr(), 100)
+	mustSluice(t, "update", "-f", spec)
+	cmd, out := start(t, "status", "-f", spec, "--watch", "--interval", "300ms")
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(out.String(), "sluice status at") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second refresh within 30s:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if err != nil {
+		t.Fatalf("status --watch after SIGINT: %v, want exit 0\n%s", err, out.String())
+	}
+	text := out.String()
+	if strings.Contains(text, "\x1b[") {
+		t.Fatalf("escape sequences written to a pipe:\n%q", text)
+	}
+	blocks := strings.Split(text, "sluice status at ")[1:]
+	refreshes := 0
+	for _, bl := range blocks {
+		if !strings.Contains(bl, "pipeline it:") || !strings.Contains(bl, "events_in") || !strings.HasSuffix(bl, "\n\n") {
+			t.Fatalf("a refresh without the status, or not ending in a blank line:\n%s", bl)
+		}
+		refreshes++
+	}
+	if refreshes < 2 {
+		t.Fatalf("%d refreshes in:\n%s", refreshes, text)
+	}
+	if res := sluice(t, "status", "-f", spec, "--interval", "1s"); res.code != 2 {
+		t.Fatalf("--interval without --watch: exit %d, want 2", res.code)
+	}
 }
