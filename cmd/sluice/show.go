@@ -140,7 +140,7 @@ func (g *globals) show(ctx context.Context, table, format string, limit int, whe
 			if where != "" {
 				var err error
 				if rs, err = rules.New(&spec.Flow{Name: "show", Where: where}, b.Schema, false); err != nil {
-					return usageErr("--where: %v", err)
+					return usageErr("--where: %s", strings.TrimPrefix(err.Error(), "where: "))
 				}
 			}
 		}
@@ -150,7 +150,7 @@ func (g *globals) show(ctx context.Context, table, format string, limit int, whe
 		if rs != nil {
 			res := rs.Apply(b, nil)
 			if len(res.Rejects) > 0 {
-				return usageErr("--where: %s", res.Rejects[0].Msg)
+				return usageErr("--where: %s", strings.TrimPrefix(res.Rejects[0].Msg, "where: "))
 			}
 			b = res.Batch
 		}
