@@ -176,6 +176,9 @@ func (g *globals) show(ctx context.Context, table, format string, limit int, whe
 	if err != nil && !errors.Is(err, errEnough) {
 		return err
 	}
+	if out == nil { // a destination that handed over nothing, not even the columns
+		out = batch.New(batch.Schema{}, 0)
+	}
 	more := limit > 0 && out.Len() > limit
 	if more {
 		out.Truncate(limit)
