@@ -208,8 +208,9 @@ func TestProgress(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	p.Add(&Chunk{Batch: rows(5), Bytes: 500, Skipped: 1000, DeadLetters: make([]batch.DeadLetter, 2)})
 	s := p.State()
-	want := ProgressState{Files: 2, FilesDone: 1, Rows: 15, DeadLetters: 2, Bytes: 4000, BytesDone: 2500,
-		Elapsed: 20 * time.Second, ETA: 20 * time.Second} // 1500 left at 1500 bytes per 20 s
+	want := ProgressState{Files: 2, FilesDone: 1, Rows: 15, DeadLetters: 2, Bytes: 4000, BytesDone: 2500, BytesRead: 1500,
+		Elapsed: 20 * time.Second, ETA: 20 * time.Second, // 1500 left at 1500 bytes per 20 s
+		RowsPerSec: 0.75, BytesPerSec: 75}
 	if s != want {
 		t.Errorf("state %+v, want %+v", s, want)
 	}

@@ -41,8 +41,13 @@ type ProgressState struct {
 	Rows             int64 // rows loaded
 	DeadLetters      int64
 	Bytes, BytesDone int64 // BytesDone includes what resumed reads skipped
+	BytesRead        int64 // read by this run: BytesDone without what resumed reads skipped
 	Elapsed          time.Duration
 	ETA              time.Duration // -1 while unknown
+	// RowsPerSec and BytesPerSec are the rates of this run: its rows and
+	// BytesRead over Elapsed. What a resumed read skipped took no time of
+	// it, so it does not count.
+	RowsPerSec, BytesPerSec float64
 }
 
 // NewProgress returns the progress of reading files, starting now.
@@ -75,7 +80,10 @@ func (p *Progress) State() ProgressState {
 	defer p.mu.Unlock()
 	s := ProgressState{
 		Files: p.files, FilesDone: p.filesDone, Rows: p.rows, DeadLetters: p.deadLetters,
-		Bytes: p.bytes, BytesDone: p.bytesRead + p.bytesSkip, Elapsed: p.now().Sub(p.start), ETA: -1,
+		Bytes: p.bytes, BytesDone: p.bytesRead + p.bytesSkip, BytesRead: p.bytesRead, Elapsed: p.now().Sub(p.start), ETA: -1,
+	}
+	if sec := s.Elapsed.Seconds(); sec > 0 {
+		s.RowsPerSec, s.BytesPerSec = float64(s.Rows)/sec, float64(s.BytesRead)/sec
 	}
 	left := max(s.Bytes-s.BytesDone, 0)
 	switch {
@@ -111,20 +119,25 @@ func (p *Progress) show(w io.Writer, log *slog.Logger, terminal bool) (stop func
 	var newline sync.Once // the bar ends its line once, whether it filled up or stopped short
 	if terminal {
 		interval = 200 * time.Millisecond
+		out := w
+		if c, ok := w.(*Console); ok {
+			out = c.bar() // log lines written to c go above the bar
+		}
+		// The bar's own rate and time left would count what resumed reads
+		// skipped as read in no time: the description carries this run's.
 		bar = progressbar.NewOptions64(max(p.bytes, 1),
-			progressbar.OptionSetWriter(w),
-			progressbar.OptionShowBytes(true),
+			progressbar.OptionSetWriter(out),
 			progressbar.OptionSetWidth(30),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionShowElapsedTimeOnFinish(),
-			progressbar.OptionOnCompletion(func() { newline.Do(func() { fmt.Fprintln(w) }) }),
+			progressbar.OptionThrottle(0),
+			progressbar.OptionOnCompletion(func() { newline.Do(func() { fmt.Fprintln(out) }) }),
 		)
 	}
 	update := func() {
 		s := p.State()
 		if bar != nil {
+			bar.Describe(s.describe())
 			_ = bar.Set64(min(s.BytesDone, max(p.bytes, 1)))
-			bar.Describe(fmt.Sprintf("files %d/%d, rows %d", s.FilesDone, s.Files, s.Rows))
+			_ = bar.RenderBlank() // the description changes more often than the percentage
 			return
 		}
 		eta := "unknown"
@@ -132,7 +145,8 @@ func (p *Progress) show(w io.Writer, log *slog.Logger, terminal bool) (stop func
 			eta = s.ETA.String()
 		}
 		log.Info("backfill progress", "files_done", s.FilesDone, "files", s.Files, "rows", s.Rows,
-			"dead_letters", s.DeadLetters, "bytes_done", s.BytesDone, "bytes", s.Bytes, "eta", eta)
+			"dead_letters", s.DeadLetters, "bytes_done", s.BytesDone, "bytes", s.Bytes, "eta", eta,
+			"rows_per_s", int64(s.RowsPerSec), "bytes_per_s", int64(s.BytesPerSec))
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -160,4 +174,30 @@ func (p *Progress) show(w io.Writer, log *slog.Logger, terminal bool) (stop func
 			}
 		})
 	}
+}
+
+// describe is the text beside the progress bar: counts, this run's rates
+// and the time left.
+func (s ProgressState) describe() string {
+	eta := "?"
+	if s.ETA >= 0 {
+		eta = s.ETA.String()
+	}
+	return fmt.Sprintf("files %d/%d, rows %d, %s of %s, %d rows/s, %s/s, eta %s",
+		s.FilesDone, s.Files, s.Rows, humanBytes(float64(s.BytesDone)), humanBytes(float64(s.Bytes)),
+		int64(s.RowsPerSec), humanBytes(s.BytesPerSec), eta)
+}
+
+// humanBytes writes a byte count with a decimal unit: 532 B, 12.3 MB.
+func humanBytes(n float64) string {
+	units := []string{"B", "kB", "MB", "GB", "TB", "PB"}
+	i := 0
+	for n >= 1000 && i < len(units)-1 {
+		n /= 1000
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", n)
+	}
+	return fmt.Sprintf("%.1f %s", n, units[i])
 }

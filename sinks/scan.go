@@ -74,3 +74,37 @@ func CompareAt(a *batch.Vector, i int, b *batch.Vector, j int) int {
 	}
 	return 0
 }
+
+// RowScanner streams a table's logical content a piece at a time, where
+// Scan returns it in one batch: `sluice show` reads a large table with it
+// and stops once it has the rows it prints (docs/operations.md). Sinks may
+// implement it; callers fall back to Scan otherwise.
+type RowScanner interface {
+	// ScanRows calls fn with an empty batch of Scan's columns before it
+	// reads any row (a caller checks what it needs of them), then with
+	// successive batches of the table's rows in the order the destination
+	// stores them (a local table's files and row groups in order). fn must
+	// not keep a batch past its return. fn's error ends the scan, which
+	// stops reading, and is returned as is. ErrUnknownTable when the table
+	// is missing.
+	ScanRows(ctx context.Context, table string, opts RowScan, fn func(*batch.Batch) error) error
+}
+
+// RowScan narrows a ScanRows. Both fields are hints: a destination may hand
+// over more rows than they select, and the caller filters and counts.
+type RowScan struct {
+	// Where is an expression of the flows' rules dialect over the table's
+	// columns (docs/schema.md): the destination may leave out rows it can
+	// tell fail it.
+	Where string
+	// Limit, when positive, is how many rows passing Where the caller wants
+	// at most: the destination may stop after handing over that many.
+	Limit int
+}
+
+// RowCounter tells how many rows a table holds when the destination knows
+// without reading them (`sluice show` lists the tables with it). ok is
+// false when it does not; ErrUnknownTable when the table is missing.
+type RowCounter interface {
+	CountRows(ctx context.Context, table string) (rows int64, ok bool, err error)
+}

@@ -10,10 +10,12 @@ import (
 
 func newDevKafka(g *globals) *cobra.Command {
 	var (
-		addr    string
-		topics  []string
-		dataDir string
-		srAddr  string
+		addr     string
+		topics   []string
+		dataDir  string
+		srAddr   string
+		defParts int32
+		maxBytes int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev-kafka",
@@ -24,7 +26,14 @@ func newDevKafka(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := devkafka.Config{Addr: addr, DataDir: dataDir, Topics: map[string]int32{}, Logger: log}
+			if defParts < 1 {
+				return usageErr("--default-partitions %d: at least 1", defParts)
+			}
+			if maxBytes < 1 {
+				return usageErr("--max-message-bytes %d: a positive number of bytes", maxBytes)
+			}
+			cfg := devkafka.Config{Addr: addr, DataDir: dataDir, Topics: map[string]int32{}, Logger: log,
+				DefaultPartitions: defParts, MaxMessageBytes: maxBytes}
 			for _, t := range topics {
 				name, parts, err := devkafka.ParseTopic(t)
 				if err != nil {
@@ -54,5 +63,7 @@ func newDevKafka(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&topics, "topic", nil, "create a topic NAME[:PARTITIONS] (repeatable)")
 	cmd.Flags().StringVar(&srAddr, "schema-registry", "", "also serve an in-memory Confluent Schema Registry on this address (e.g. 127.0.0.1:8081)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the log in this folder so it survives a restart (default in memory)")
+	cmd.Flags().Int32Var(&defParts, "default-partitions", 1, "partitions of a topic created by a producer's first produce to it")
+	cmd.Flags().IntVar(&maxBytes, "max-message-bytes", devkafka.DefaultMaxMessageBytes, "the largest record batch a produce may carry (Kafka's message.max.bytes)")
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/spec"
 )
@@ -116,6 +117,22 @@ type globals struct {
 	heapPeak        string
 	heapPeakProfile string
 	stopProfile     func()
+
+	// console is stderr when it is a terminal, shared by the log and the
+	// progress bars of files flows (errOut).
+	console *backfill.Console
+}
+
+// errOut is where logs and progress bars go: on a terminal one Console,
+// so that a log line goes above a bar rather than through it.
+func (g *globals) errOut() io.Writer {
+	if g.console == nil && isTerminal(g.stderr) {
+		g.console = backfill.NewConsole(g.stderr)
+	}
+	if g.console != nil {
+		return g.console
+	}
+	return g.stderr
 }
 
 func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
@@ -243,9 +260,9 @@ func (g *globals) logger() (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableAttr}
 	switch g.logFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(g.stderr, opts)), nil
+		return slog.New(slog.NewTextHandler(g.errOut(), opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(g.stderr, opts)), nil
+		return slog.New(slog.NewJSONHandler(g.errOut(), opts)), nil
 	}
 	return nil, usageErr("--log-format %q: text or json", g.logFormat)
 }

@@ -35,7 +35,7 @@ func newUpdate(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeUpdate, RetryFor: retryFor,
-				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Expire: expire, Progress: cmd.ErrOrStderr(),
+				FullRefresh: fullRefresh, Refresh: refresh, AllowDataLoss: allowDataLoss, Expire: expire, Progress: g.errOut(),
 				Summary: func(s []flows.FlowSummary) { printSummary(cmd.OutOrStdout(), s) }})
 			if errors.Is(err, flows.ErrUnknownFlow) {
 				return &exitError{code: exitUsage, err: err}
@@ -73,7 +73,7 @@ func newRun(g *globals) *cobra.Command {
 			if logEvery == 0 {
 				logEvery = -1 // --log-every 0: never
 			}
-			return g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeRun, Progress: cmd.ErrOrStderr(), LogEvery: logEvery})
+			return g.execute(cmd, dev, metricsAddr, flows.Options{Mode: flows.ModeRun, Progress: g.errOut(), LogEvery: logEvery})
 		},
 	}
 	cmd.Flags().BoolVar(&dev, "dev", false, devUsage)

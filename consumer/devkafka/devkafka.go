@@ -23,6 +23,10 @@ const DefaultAddr = "127.0.0.1:9092"
 // floor lets tests use short sessions.
 const DefaultMinSessionTimeout = 500 * time.Millisecond
 
+// DefaultMaxMessageBytes is the largest record batch the broker accepts
+// when Config sets none: Kafka's default message.max.bytes.
+const DefaultMaxMessageBytes = 1048588
+
 // Config configures the broker.
 type Config struct {
 	// Addr is the host:port to listen on; default DefaultAddr. Port 0 picks
@@ -41,6 +45,15 @@ type Config struct {
 	// Logger receives the broker's warnings and errors (its per-request
 	// chatter at Debug); nil discards.
 	Logger *slog.Logger
+	// DefaultPartitions is the partition count of a topic the broker
+	// creates when a client asks for one it does not have (a producer's
+	// first produce: its metadata request allows auto-creation, as
+	// Kafka's auto.create.topics.enable does); default 1.
+	DefaultPartitions int32
+	// MaxMessageBytes is the largest record batch a produce may carry
+	// (Kafka's message.max.bytes; a larger one gets MESSAGE_TOO_LARGE);
+	// default DefaultMaxMessageBytes.
+	MaxMessageBytes int
 }
 
 // Broker is a running embedded broker.
@@ -60,6 +73,18 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.DefaultPartitions == 0 {
+		cfg.DefaultPartitions = 1
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.DefaultPartitions < 0 {
+		return nil, fmt.Errorf("devkafka: %d default partitions, want at least 1", cfg.DefaultPartitions)
+	}
+	if cfg.MaxMessageBytes < 0 {
+		return nil, fmt.Errorf("devkafka: max message bytes %d, want a positive number", cfg.MaxMessageBytes)
+	}
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return nil, fmt.Errorf("devkafka: address %q: %w", cfg.Addr, err)
 	}
@@ -75,6 +100,9 @@ func Start(cfg Config) (*Broker, error) {
 		}),
 		kfake.GroupMinSessionTimeout(cfg.MinSessionTimeout),
 		kfake.WithLogger(logger{cfg.Logger}),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(int(cfg.DefaultPartitions)),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(cfg.MaxMessageBytes)}),
 	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir))

@@ -200,3 +200,80 @@ func TestAddrInUse(t *testing.T) {
 		t.Fatalf("second broker on %s started", b.Addr())
 	}
 }
+
+// produceWith sends one message with a plain sarama producer, which asks
+// for the topic to be created (as most producers do).
+func produceWith(t *testing.T, addr, topic string, value []byte) error {
+	t.Helper()
+	conf := sarama.NewConfig()
+	conf.Version = sarama.V2_8_0_0
+	conf.Producer.Return.Successes = true
+	conf.Producer.Retry.Max = 1
+	conf.Producer.MaxMessageBytes = 64 << 20 // the broker decides
+	p, err := sarama.NewSyncProducer([]string{addr}, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, _, err = p.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(value)})
+	return err
+}
+
+func TestAutoCreateOnFirstProduce(t *testing.T) {
+	for _, tc := range []struct {
+		partitions, want int32
+	}{{0, 1}, {3, 3}} {
+		t.Run(fmt.Sprint(tc.partitions), func(t *testing.T) {
+			b, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", DefaultPartitions: tc.partitions})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := produceWith(t, b.Addr(), "fresh", []byte("hello")); err != nil {
+				t.Fatalf("first produce to a new topic: %v", err)
+			}
+			lag, err := consumer.Lag(context.Background(), []string{b.Addr()}, "g", "fresh")
+			if err != nil || int32(len(lag)) != tc.want {
+				t.Fatalf("topic created by a produce: %v, %v; want %d partitions", lag, err, tc.want)
+			}
+			var n int64
+			for _, l := range lag {
+				n += l
+			}
+			if n != 1 {
+				t.Fatalf("topic holds %d records, want 1", n)
+			}
+		})
+	}
+	if _, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", DefaultPartitions: -1}); err == nil {
+		t.Fatal("Start with -1 default partitions: no error")
+	}
+}
+
+func TestMaxMessageBytes(t *testing.T) {
+	b, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: map[string]int32{"big": 1}, MaxMessageBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := produceWith(t, b.Addr(), "big", make([]byte, 3<<10)); err != nil {
+		t.Fatalf("a message under the limit: %v", err)
+	}
+	err = produceWith(t, b.Addr(), "big", make([]byte, 8<<10))
+	if !errors.Is(err, sarama.ErrMessageSizeTooLarge) {
+		t.Fatalf("a message over --max-message-bytes: %v, want MESSAGE_TOO_LARGE", err)
+	}
+
+	// The default is Kafka's, a little over 1 MiB: a batch just under 1 MiB passes, 2 MiB does not.
+	d, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: map[string]int32{"big": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := produceWith(t, d.Addr(), "big", make([]byte, 1<<20-1024)); err != nil {
+		t.Fatalf("just under 1 MiB: %v", err)
+	}
+	if err := produceWith(t, d.Addr(), "big", make([]byte, 2<<20)); !errors.Is(err, sarama.ErrMessageSizeTooLarge) {
+		t.Fatalf("2 MiB over the default limit: %v, want MESSAGE_TOO_LARGE", err)
+	}
+}

@@ -19,23 +19,41 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	if table == batch.LoadsTable {
 		return s.scanLoads(ctx)
 	}
+	src, err := s.scanSource(ctx, table)
+	if err != nil {
+		return nil, err
+	}
+	return s.read(ctx, table, src.cols, src.query, src.args...)
+}
+
+// scanQuery is the query of a table's logical content.
+type scanQuery struct {
+	cols  []column
+	query string // SELECT cols FROM the table or its view, maybe with a WHERE
+	args  []any
+	where bool // query has a WHERE
+	cdc   bool // a CDC target's view
+}
+
+// scanSource returns the query Scan reads a table with (not _sluice_loads).
+func (s *Sink) scanSource(ctx context.Context, table string) (scanQuery, error) {
 	if strings.HasPrefix(table, sluicePrefix) && !batch.IsOwnTable(table) {
-		return nil, fmt.Errorf("clickhouse: scan %s: %w", table, sinks.ErrUnknownTable)
+		return scanQuery{}, fmt.Errorf("clickhouse: scan %s: %w", table, sinks.ErrUnknownTable)
 	}
 	if !chsql.ValidIdent(table) {
-		return nil, fmt.Errorf("clickhouse: scan %q: %w", table, sinks.ErrUnknownTable)
+		return scanQuery{}, fmt.Errorf("clickhouse: scan %q: %w", table, sinks.ErrUnknownTable)
 	}
 	if ct := s.cachedCDC(table); ct != nil {
-		return s.scanCDC(ctx, ct)
+		return s.scanCDC(ct), nil
 	}
 	info, err := s.info(ctx, table)
 	if errors.Is(err, sinks.ErrUnknownTable) {
 		if ct, cerr := s.cdcInfo(ctx, table); cerr == nil {
-			return s.scanCDC(ctx, ct)
+			return s.scanCDC(ct), nil
 		}
 	}
 	if err != nil {
-		return nil, err
+		return scanQuery{}, err
 	}
 	cols := append(append([]column(nil), info.columns...), column{
 		Column: batch.Column{Name: batch.LoadIDColumn, Type: batch.String}, chType: "String", storage: storeString})
@@ -43,24 +61,24 @@ func (s *Sink) Scan(ctx context.Context, table string) (*batch.Batch, error) {
 	for i, c := range cols {
 		names[i] = chsql.Quote(c.Name)
 	}
-	q := "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(table)
-	var args []any
+	q := scanQuery{cols: cols, query: "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(table)}
 	if batch.IsOwnTable(table) && s.opts.Pipeline != "" {
-		q += " WHERE pipeline = ?"
-		args = append(args, s.opts.Pipeline)
+		q.query += " WHERE pipeline = ?"
+		q.args = append(q.args, s.opts.Pipeline)
+		q.where = true
 	}
-	return s.read(ctx, table, cols, q, args...)
+	return q, nil
 }
 
-// scanCDC returns a CDC target's logical content: its view, which has the
-// target's columns and no _sluice_ metadata (a row's load id says nothing
-// once later loads replaced some of its columns).
-func (s *Sink) scanCDC(ctx context.Context, ct *cdcTable) (*batch.Batch, error) {
+// scanCDC returns the query of a CDC target's logical content: its view,
+// which has the target's columns and no _sluice_ metadata (a row's load id
+// says nothing once later loads replaced some of its columns).
+func (s *Sink) scanCDC(ct *cdcTable) scanQuery {
 	names := make([]string, len(ct.info.columns))
 	for i, c := range ct.info.columns {
 		names[i] = chsql.Quote(c.Name)
 	}
-	return s.read(ctx, ct.name, ct.info.columns, "SELECT "+strings.Join(names, ", ")+" FROM "+s.table(ct.name))
+	return scanQuery{cols: ct.info.columns, query: "SELECT " + strings.Join(names, ", ") + " FROM " + s.table(ct.name), cdc: true}
 }
 
 // read runs a query whose result columns are cols into a batch.
