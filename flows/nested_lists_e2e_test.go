@@ -15,10 +15,12 @@ import (
 )
 
 // TestParquetListsOfListsLikeJSON loads orders with a list of lists of
-// scalars and a list of lists of structs twice, from a Parquet file into a
+// scalars, a list of lists of structs and a list of structs with a list
+// twice, from a Parquet file into a
 // table typed by its files and as JSON lines into a table typed by its
 // lines: in both, each inner list is a row of <table>__<field> and each
-// element a row of <table>__<field>__value, the child tables joined back
+// element a row of <table>__<field>__value (a list field of an item, of
+// <table>__<field>__<subfield>), the child tables joined back
 // give the input, and the two pipelines' child tables are the same, ids
 // derived alike from their parents'.
 func TestParquetListsOfListsLikeJSON(t *testing.T) {
@@ -26,15 +28,20 @@ func TestParquetListsOfListsLikeJSON(t *testing.T) {
 		SKU string `parquet:"sku" json:"sku"`
 		Qty int64  `parquet:"qty" json:"qty"`
 	}
+	type item struct {
+		SKU  string   `parquet:"sku" json:"sku"`
+		Tags []string `parquet:"tags,list" json:"tags,omitempty"`
+	}
 	type order struct {
 		ID     int64     `parquet:"id" json:"id"`
 		Matrix [][]int64 `parquet:"matrix,list" json:"matrix,omitempty"`
 		Boxes  [][]box   `parquet:"boxes,list" json:"boxes,omitempty"`
+		Items  []item    `parquet:"items,list" json:"items,omitempty"`
 	}
 	orders := []order{
-		{ID: 1, Matrix: [][]int64{{1, 2}, {}, {3}}, Boxes: [][]box{{{"a", 1}}, {{"b", 2}, {"c", 3}}}},
+		{ID: 1, Matrix: [][]int64{{1, 2}, {}, {3}}, Boxes: [][]box{{{"a", 1}}, {{"b", 2}, {"c", 3}}}, Items: []item{{"p", []string{"x", "y"}}, {"q", nil}}},
 		{ID: 2},
-		{ID: 3, Matrix: [][]int64{{4}}, Boxes: [][]box{{}, {{"d", 4}}}},
+		{ID: 3, Matrix: [][]int64{{4}}, Boxes: [][]box{{}, {{"d", 4}}}, Items: []item{{"r", []string{"z"}}}},
 		{ID: 4, Matrix: [][]int64{{5, 6, 7}, {8}}, Boxes: [][]box{{{"e", 5}, {"f", 6}}}},
 	}
 	// The input as rows of the child tables, by the order's id and the
@@ -51,6 +58,12 @@ func TestParquetListsOfListsLikeJSON(t *testing.T) {
 			want["boxes"] = append(want["boxes"], fmt.Sprintf("%d[%d]:", o.ID, i))
 			for j, b := range inner {
 				want["boxes__value"] = append(want["boxes__value"], fmt.Sprintf("%d[%d][%d]: qty=%d sku=%s", o.ID, i, j, b.Qty, b.SKU))
+			}
+		}
+		for i, it := range o.Items {
+			want["items"] = append(want["items"], fmt.Sprintf("%d[%d]: sku=%s", o.ID, i, it.SKU))
+			for j, tag := range it.Tags {
+				want["items__tags"] = append(want["items__tags"], fmt.Sprintf("%d[%d][%d]: value=%s", o.ID, i, j, tag))
 			}
 		}
 	}
@@ -88,7 +101,7 @@ flows:
 			t.Fatal(err)
 		}
 		s.update()
-		suffixes := []string{"matrix", "matrix__value", "boxes", "boxes__value"}
+		suffixes := []string{"matrix", "matrix__value", "boxes", "boxes__value", "items", "items__tags"}
 		pq := listTables(t, s, "pq", suffixes)
 		js := listTables(t, s, "js", suffixes)
 		for _, suffix := range suffixes {
