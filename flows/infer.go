@@ -241,7 +241,7 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 	}
 	if len(kids) > 0 {
 		if !f.HasChildren(r.p) {
-			return batch.Schema{}, fmt.Errorf("the files have lists (%s), whose child tables belong to append targets and to auto_cdc targets of files or messages, not to snapshots: declare the source's columns to leave them out",
+			return batch.Schema{}, fmt.Errorf("the files have lists (%s), whose child tables belong to tables typed by their data: declare the source's columns to leave them out",
 				strings.Join(slices.Sorted(maps.Keys(kids)), ", "))
 		}
 		r.noteFileChildren(f.Target, kids)
