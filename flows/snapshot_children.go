@@ -3,6 +3,7 @@ package flows
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -105,8 +106,10 @@ func (a *snapshotApply) spillChunk(ch *backfill.Chunk, keys []string, ords []int
 // snapshotID is the id of a row whose child rows hash to content (8 bytes),
 // of key, first brought by version.
 func snapshotID(content, key, version string) string {
-	buf := make([]byte, 0, len(content)+len(key)+len(version)+2)
-	buf = append(append(append(append(append(buf, content...), 0), key...), 0), version...)
+	buf := make([]byte, 0, len(content)+len(key)+len(version)+binary.MaxVarintLen64)
+	// An encoded key may hold any byte: its length keeps key and version apart.
+	buf = binary.AppendUvarint(append(buf, content...), uint64(len(key)))
+	buf = append(append(buf, key...), version...)
 	sum := xxh3.Hash128(buf).Bytes()
 	id := append([]byte(content), sum[:8]...)
 	return base64.RawURLEncoding.EncodeToString(id)
