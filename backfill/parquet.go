@@ -108,12 +108,12 @@ func openParquet(f File, schema batch.Schema, consts []*Value, opts ReadOptions)
 			return nil, &FileError{File: f.Name, Column: l.name, Err: fmt.Errorf("columns %q and %q of the file both become %s: rename one, or set naming: direct", other.path, l.path, l.name)}
 		}
 		byName[l.name] = l
-		if kid, ok := opts.Children[l.name]; ok && l.list != nil {
-			lr, err := newListReader(l, kid, opts.Names)
+		if _, ok := opts.Children[l.name]; ok && l.list != nil {
+			lrs, err := newListReaders(l, opts.Children, opts.Names)
 			if err != nil {
 				return nil, &FileError{File: f.Name, Column: l.path, Err: err}
 			}
-			r.lists = append(r.lists, lr)
+			r.lists = append(r.lists, lrs...)
 		}
 	}
 	r.idCol = -1
@@ -174,6 +174,9 @@ func (r *parquetReader) Close() error {
 			a.close()
 		}
 	}
+	for _, lr := range r.lists {
+		lr.close()
+	}
 	r.closeFile()
 	return nil
 }
@@ -219,7 +222,7 @@ func (r *parquetReader) Next(ctx context.Context) (c *Chunk, err error) {
 			ids[i] = rowID(r.file.Name, r.next+int64(i))
 		}
 		for _, lr := range r.lists {
-			kids[lr.suffix] = &listRows{batch: batch.New(lr.schema, n)}
+			kids[lr.node.suffix] = &listRows{batch: batch.New(lr.schema, n)}
 		}
 	}
 	for filled := 0; filled < n; {
@@ -231,7 +234,7 @@ func (r *parquetReader) Next(ctx context.Context) (c *Chunk, err error) {
 		}
 		k := int(min(int64(n-filled), r.rgRows(r.rg)-r.rgRow))
 		for _, lr := range r.lists {
-			lr.emit(kids[lr.suffix], int(r.rgRow), k, filled, ids, &r.bad)
+			lr.emit(kids[lr.node.suffix], int(r.rgRow), k, filled, ids, &r.bad)
 		}
 		for i, col := range r.cols {
 			v := b.Vectors[i]
@@ -368,7 +371,7 @@ func (r *parquetReader) openRowGroup(i int) error {
 	}
 	for _, lr := range r.lists {
 		if err := lr.open(chunks, r.rgRows(i)); err != nil {
-			return r.fail(lr.path, fmt.Errorf("row group %d: %w", i, err))
+			return r.fail(lr.node.path, fmt.Errorf("row group %d: %w", i, err))
 		}
 	}
 	for _, a := range r.arrays {

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -934,17 +936,17 @@ func TestParquetLists(t *testing.T) {
 	if got := root.Names(); !slices.Equal(got, []string{"id"}) {
 		t.Fatalf("root %v", got)
 	}
-	if got := kids["items"].Names(); !slices.Equal(got, []string{"sku", "qty"}) {
+	if got := kids["items"].Schema.Names(); !slices.Equal(got, []string{"sku", "qty"}) {
 		t.Fatalf("items %v", got)
 	}
-	if got := kids["tags"].Names(); !slices.Equal(got, []string{"value"}) {
+	if got := kids["tags"].Schema.Names(); !slices.Equal(got, []string{"value"}) {
 		t.Fatalf("tags %v", got)
 	}
 	links := []batch.Column{{Name: batch.RootIDColumn, Type: batch.String}, {Name: batch.ParentIDColumn, Type: batch.String},
 		{Name: batch.ListIdxColumn, Type: batch.Int64}, {Name: batch.IDColumn, Type: batch.String}}
 	children := map[string]batch.Schema{
-		"items": {Columns: append(slices.Clone(links), kids["items"].Columns...)},
-		"tags":  {Columns: append(slices.Clone(links), kids["tags"].Columns...)},
+		"items": {Columns: append(slices.Clone(links), kids["items"].Schema.Columns...)},
+		"tags":  {Columns: append(slices.Clone(links), kids["tags"].Schema.Columns...)},
 	}
 	s := cols(col("id", batch.Int64, false), col(batch.IDColumn, batch.String, true))
 	read := func(start int64) ([]string, map[string][]string, []string) {
@@ -988,5 +990,111 @@ func TestParquetLists(t *testing.T) {
 	later, got, _ := read(3)
 	if len(later) != 1 || later[0] != all[len(all)-1] || len(got["tags"]) != 2 {
 		t.Fatalf("resumed read %v %v, want row 4 as before (%v)", later, got, all)
+	}
+}
+
+// TestParquetListsOfLists checks that a list of lists, of scalars and of
+// structs, becomes the child table of a child table: a row per inner list
+// in <list>, a row per element in <list>__value, each linked to its parent
+// by the ids a JSON list of lists gets (the parent's id, the child
+// table and the index), empty lists without rows, a bad element deep down
+// making its row a dead letter named by its path, and a resumed read
+// giving the same ids.
+func TestParquetListsOfLists(t *testing.T) {
+	type box struct {
+		SKU string `parquet:"sku"`
+		Qty int64  `parquet:"qty"`
+	}
+	type row struct {
+		ID     int64     `parquet:"id"`
+		Matrix [][]int64 `parquet:"matrix,list"`
+		Boxes  [][]box   `parquet:"boxes,list"`
+	}
+	rows := []row{
+		{ID: 1, Matrix: [][]int64{{1, 2}, {}, {3}}, Boxes: [][]box{{{"a", 1}}, {{"b", 2}, {"c", 3}}}},
+		{ID: 2},
+		{ID: 3, Matrix: [][]int64{{4}}, Boxes: [][]box{{{"caf\xe9", 1}}}},
+		{ID: 4, Matrix: [][]int64{{5, 6}}, Boxes: [][]box{{}, {{"d", 4}}}},
+	}
+	path := filepath.Join(t.TempDir(), "ll.parquet")
+	if err := parquet.WriteFile(path, rows); err != nil {
+		t.Fatal(err)
+	}
+	_, _, kids, err := ParquetTables(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := map[string]string{}
+	for suffix, k := range kids {
+		shape[suffix] = k.Parent + ":" + strings.Join(k.Schema.Names(), ",")
+	}
+	if want := map[string]string{"matrix": ":", "matrix__value": "matrix:value", "boxes": ":", "boxes__value": "boxes:sku,qty"}; !cmp.Equal(shape, want) {
+		t.Fatalf("child tables %v, want %v", shape, want)
+	}
+	links := []batch.Column{{Name: batch.RootIDColumn, Type: batch.String}, {Name: batch.ParentIDColumn, Type: batch.String},
+		{Name: batch.ListIdxColumn, Type: batch.Int64}, {Name: batch.IDColumn, Type: batch.String}}
+	children := map[string]batch.Schema{}
+	for suffix, k := range kids {
+		children[suffix] = batch.Schema{Columns: append(slices.Clone(links), k.Schema.Columns...)}
+	}
+	s := cols(col("id", batch.Int64, false), col(batch.IDColumn, batch.String, true))
+	read := func(start int64) (map[string]string, []string, []string) {
+		chunks, err := readAll(t, fileOf(t, path), FormatParquet, s, ReadOptions{Children: children, Start: start, MaxRows: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		label := map[string]string{} // id -> row id, then [idx] per level
+		var got, dls []string
+		for _, c := range chunks {
+			for i := range c.Batch.Len() {
+				label[c.Batch.Vectors[1].Value(i).(string)] = fmt.Sprint(c.Batch.Vectors[0].Value(i))
+			}
+			for _, d := range c.DeadLetters {
+				dls = append(dls, d.Position+" "+d.Reason+" "+d.Error)
+			}
+			for _, suffix := range slices.Sorted(maps.Keys(c.Children)) {
+				b := c.Children[suffix]
+				for i := range b.Len() {
+					root, parent := b.Vectors[0].Value(i).(string), b.Vectors[1].Value(i).(string)
+					idx, id := b.Vectors[2].Value(i).(int64), b.Vectors[3].Value(i).(string)
+					if id != hashID(parent, suffix, strconv.FormatInt(idx, 10)) {
+						t.Fatalf("%s row %d: id %s is not that of its parent, table and index", suffix, i, id)
+					}
+					if _, ok := label[root]; !ok || !strings.HasPrefix(label[parent], label[root]) {
+						t.Fatalf("%s row %d: root %q is not its parent's (%q)", suffix, i, label[root], label[parent])
+					}
+					label[id] = fmt.Sprintf("%s[%d]", label[parent], idx)
+					vals := []string{suffix, label[id]}
+					for _, v := range b.Vectors[4:] {
+						vals = append(vals, fmt.Sprint(v.Value(i)))
+					}
+					got = append(got, strings.Join(vals, " "))
+				}
+			}
+		}
+		return label, got, dls
+	}
+	_, got, dls := read(0)
+	want := []string{
+		"boxes 1[0]", "boxes 1[1]", "boxes__value 1[0][0] a 1", "boxes__value 1[1][0] b 2", "boxes__value 1[1][1] c 3",
+		"matrix 1[0]", "matrix 1[1]", "matrix 1[2]", "matrix__value 1[0][0] 1", "matrix__value 1[0][1] 2", "matrix__value 1[2][0] 3",
+		"boxes 4[0]", "boxes 4[1]", "boxes__value 4[1][0] d 4",
+		"matrix 4[0]", "matrix__value 4[0][0] 5", "matrix__value 4[0][1] 6",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("child rows\n%q\nwant\n%q", got, want)
+	}
+	if want := []string{`3 invalid_utf8 field "boxes[0][0].sku": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`}; !slices.Equal(dls, want) {
+		t.Fatalf("dead letters %q, want %q", dls, want)
+	}
+	all, _, _ := read(0)
+	later, got, _ := read(3)
+	for id, l := range later {
+		if all[id] != l {
+			t.Fatalf("resumed read: id %s is %q, before %q", id, l, all[id])
+		}
+	}
+	if len(got) != 6 {
+		t.Fatalf("resumed read at row 4: child rows %q", got)
 	}
 }

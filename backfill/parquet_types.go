@@ -1,7 +1,6 @@
 package backfill
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/parquet-go/parquet-go"
@@ -223,12 +222,14 @@ func ParquetColumns(path string, names func(string) string) (s batch.Schema, raw
 }
 
 // ParquetTables is ParquetColumns for a table typed by its files, which
-// takes lists: a list of scalars, or of structs of scalars, is the child
-// table <table>__<column> (docs/schema.md#child-tables), returned by the
-// part of its name after <table>__ with its columns (value, or the
-// struct's fields by path), all nullable, without the link columns. A
-// list inside an element, or a map, is an error naming it.
-func ParquetTables(path string, names func(string) string) (s batch.Schema, raw []string, kids map[string]batch.Schema, err error) {
+// takes lists: a list of scalars, of structs or of lists is the child
+// table <table>__<column> (docs/schema.md#child-tables), and a list inside
+// its elements the child table of that one (<table>__<column>__value for a
+// list of lists, <table>__<column>__<field> for a list field of a struct),
+// each returned by the part of its name after <table>__ with its columns
+// (value, or the struct's fields by path), all nullable, without the link
+// columns. A map, or a repeated field outside a LIST, is an error naming it.
+func ParquetTables(path string, names func(string) string) (s batch.Schema, raw []string, kids map[string]ChildTable, err error) {
 	f := File{Name: path, Path: path}
 	pf, closeFile, err := openParquetFile(f)
 	if err != nil {
@@ -237,14 +238,19 @@ func ParquetTables(path string, names func(string) string) (s batch.Schema, raw 
 	defer closeFile()
 	for _, l := range parquetLeaves(pf.Root(), names) {
 		if l.list != nil {
-			cols, err := listColumns(l, names)
+			nodes, err := listNodes(l, names)
 			if err != nil {
 				return batch.Schema{}, nil, nil, &FileError{File: path, Column: l.path, Err: err}
 			}
 			if kids == nil {
-				kids = map[string]batch.Schema{}
+				kids = map[string]ChildTable{}
 			}
-			kids[l.name] = batch.Schema{Columns: cols}
+			for _, n := range nodes {
+				if _, dup := kids[n.suffix]; dup {
+					return batch.Schema{}, nil, nil, &FileError{File: path, Column: l.path, Err: fmt.Errorf("another list of the file becomes the child table %s too: rename one", n.suffix)}
+				}
+				kids[n.suffix] = ChildTable{Parent: n.parent, Schema: batch.Schema{Columns: n.columns()}}
+			}
 			continue
 		}
 		t := columnType(l.col)
@@ -255,44 +261,6 @@ func ParquetTables(path string, names func(string) string) (s batch.Schema, raw 
 		raw = append(raw, l.path)
 	}
 	return s, raw, kids, nil
-}
-
-// listColumns returns the columns of the child table of a list, and its
-// element's leaves by column.
-func listColumns(l pqLeaf, names func(string) string) ([]batch.Column, error) {
-	leaves, err := elementLeaves(l, names)
-	if err != nil {
-		return nil, err
-	}
-	cols := make([]batch.Column, len(leaves))
-	for i, e := range leaves {
-		cols[i] = batch.Column{Name: e.name, Type: columnType(e.col).typ, Nullable: true}
-	}
-	return cols, nil
-}
-
-// elementLeaves returns the leaves of a list's element: the element
-// itself as column value, or a struct's fields by path.
-func elementLeaves(l pqLeaf, names func(string) string) ([]pqLeaf, error) {
-	if l.list.Leaf() {
-		if t := columnType(l.list); t.err != "" {
-			return nil, fmt.Errorf("its elements: %s", t.err)
-		}
-		return []pqLeaf{{name: "value", path: l.path, col: l.list}}, nil
-	}
-	if !isStruct(l.list) {
-		return nil, errors.New("a list of lists or maps has no child table yet; declare the source's columns to leave it out")
-	}
-	leaves := parquetLeaves(l.list, names)
-	for _, e := range leaves {
-		if e.list != nil || !e.col.Leaf() {
-			return nil, fmt.Errorf("field %s of its elements is a list or a map, which has no child table yet; declare the source's columns to leave it out", e.path)
-		}
-		if t := columnType(e.col); t.err != "" {
-			return nil, fmt.Errorf("field %s of its elements: %s", e.path, t.err)
-		}
-	}
-	return leaves, nil
 }
 
 // pqLeaf is a column of a Parquet file as sluice reads it.

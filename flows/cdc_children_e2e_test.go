@@ -210,3 +210,86 @@ flows:
 		}
 	})
 }
+
+// TestSnapshotChildTables applies snapshots of customers with their items
+// to an SCD1 and an SCD2 target typed by their files: a key whose items
+// changed has the new ones, an unchanged key keeps its items (written
+// once) and, in SCD2, its version, a change of a column alone starts a
+// version that keeps the items, a key absent from the next snapshot is
+// deleted with its items, and items that come back after a change are
+// those of a new row.
+func TestSnapshotChildTables(t *testing.T) {
+	type item struct {
+		SKU string `parquet:"sku"`
+		Qty int64  `parquet:"qty"`
+	}
+	type customer struct {
+		ID    int64  `parquet:"id"`
+		Name  string `parquet:"name"`
+		Items []item `parquet:"items,list"`
+	}
+	versions := [][]customer{
+		{{1, "a", []item{{"x", 1}, {"y", 2}}}, {2, "b", []item{{"z", 1}}}, {3, "c", nil}},
+		{{1, "a", []item{{"x", 1}}}, {2, "b", []item{{"z", 1}}}, {3, "c2", nil}, {4, "d", []item{{"w", 5}}}},
+		{{1, "a", []item{{"x", 1}, {"y", 2}}}, {2, "b", []item{{"z", 1}}}},
+	}
+	scd1 := [][]string{
+		{"1[0]: x,1", "1[1]: y,2", "2[0]: z,1"},
+		{"1[0]: x,1", "2[0]: z,1", "4[0]: w,5"},
+		{"1[0]: x,1", "1[1]: y,2", "2[0]: z,1"},
+	}
+	scd1Rows := [][]string{{"1,a", "2,b", "3,c"}, {"1,a", "2,b", "3,c2", "4,d"}, {"1,a", "2,b"}}
+	scd2 := [][]string{
+		{"1/1[0]: x,1", "1/1[1]: y,2", "2/1[0]: z,1"},
+		{"1/1[0]: x,1", "1/1[1]: y,2", "1/2[0]: x,1", "2/1[0]: z,1", "4/2[0]: w,5"},
+		{"1/1[0]: x,1", "1/1[1]: y,2", "1/2[0]: x,1", "1/3[0]: x,1", "1/3[1]: y,2", "2/1[0]: z,1", "4/2[0]: w,5"},
+	}
+	scd2Rows := [][]string{
+		{"1,a,1,∞", "2,b,1,∞", "3,c,1,∞"},
+		{"1,a,1,2", "1,a,2,∞", "2,b,1,∞", "3,c,1,2", "3,c2,2,∞", "4,d,2,∞"},
+		{"1,a,1,2", "1,a,2,3", "1,a,3,∞", "2,b,1,∞", "3,c,1,2", "3,c2,2,3", "4,d,2,3"},
+	}
+	broker := startBroker(t)
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+		s := newStepper(t, broker.Addr(), dest(t), `tables:
+  - name: s1
+  - name: s2
+flows:
+  - name: snap1
+    target: s1
+    kind: auto_cdc_from_snapshot
+    source: {snapshots: {path: "snaps/{version}/*.parquet"}}
+    keys: [id]
+  - name: snap2
+    target: s2
+    kind: auto_cdc_from_snapshot
+    source: {snapshots: {path: "snaps/{version}/*.parquet"}}
+    keys: [id]
+    stored_as_scd_type: 2
+`)
+		for v, rows := range versions {
+			snapshotAt(t, s.dir, fmt.Sprint(v+1), rows)
+			s.update()
+			if got := currentJoined(t, s, "s1", "s1__items", "id"); !slices.Equal(got, scd1[v]) {
+				t.Fatalf("version %d: SCD1 items %q, want %q", v+1, got, scd1[v])
+			}
+			if got := s.rows("s1", batch.IDColumn); !slices.Equal(got, scd1Rows[v]) {
+				t.Fatalf("version %d: SCD1 rows %q, want %q", v+1, got, scd1Rows[v])
+			}
+			if got := currentJoined(t, s, "s2", "s2__items", "id", "__START_AT"); !slices.Equal(got, scd2[v]) {
+				t.Fatalf("version %d: SCD2 items %q, want %q", v+1, got, scd2[v])
+			}
+			if got := s.rows("s2", batch.IDColumn); !slices.Equal(got, scd2Rows[v]) {
+				t.Fatalf("version %d: SCD2 rows %q, want %q", v+1, got, scd2Rows[v])
+			}
+		}
+		// Unchanged keys wrote their items once: the child tables hold
+		// those of each content a key was given, no more.
+		if got := len(s.rows("s1__items")); got != 2+1+1+1+2 {
+			t.Errorf("s1__items holds %d rows, want 7", got)
+		}
+		if got := len(s.rows("s2__items")); got != 2+1+1+1+2 {
+			t.Errorf("s2__items holds %d rows, want 7", got)
+		}
+	})
+}

@@ -241,7 +241,7 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 	}
 	if len(kids) > 0 {
 		if !f.HasChildren(r.p) {
-			return batch.Schema{}, fmt.Errorf("the files have lists (%s), whose child tables belong to append targets and to auto_cdc targets of files or messages, not to snapshots: declare the source's columns to leave them out",
+			return batch.Schema{}, fmt.Errorf("the files have lists (%s), whose child tables belong to tables typed by their data: declare the source's columns to leave them out",
 				strings.Join(slices.Sorted(maps.Keys(kids)), ", "))
 		}
 		r.noteFileChildren(f.Target, kids)
@@ -271,15 +271,19 @@ func (r *runner) dataSchema(f *spec.Flow) (batch.Schema, error) {
 // by its files fill (by the part of their names after <table>__), with
 // the columns they had before and those the files add; the caller holds
 // dataMu or is alone.
-func (r *runner) noteFileChildren(table string, kids map[string]batch.Schema) {
-	for suffix, cols := range kids {
+func (r *runner) noteFileChildren(table string, kids map[string]backfill.ChildTable) {
+	for suffix, kid := range kids {
 		name := table + "__" + suffix
 		have := r.children[name].schema
 		if len(have.Columns) == 0 {
 			have = linkColumns()
 		}
-		have, _ = addColumns(have, cols.Columns)
-		r.children[name] = childTable{root: table, parent: table, schema: have}
+		have, _ = addColumns(have, kid.Schema.Columns)
+		parent := table
+		if kid.Parent != "" {
+			parent += "__" + kid.Parent
+		}
+		r.children[name] = childTable{root: table, parent: parent, schema: have}
 	}
 }
 
@@ -308,7 +312,7 @@ func (r *runner) namesOf(f *spec.Flow) func(string) string {
 // column whose type differs between two files is an error naming both, as
 // are two columns of one file with the same name. renamed gives, for a
 // column whose name differs from a file's, that name.
-func unionFileSchemas(files []backfill.File, names func(string) string) (out batch.Schema, renamed map[string]string, kids map[string]batch.Schema, err error) {
+func unionFileSchemas(files []backfill.File, names func(string) string) (out batch.Schema, renamed map[string]string, kids map[string]backfill.ChildTable, err error) {
 	from := map[string]string{} // column → the file that first had it
 	renamed = map[string]string{}
 	for i, fl := range files {
@@ -318,16 +322,21 @@ func unionFileSchemas(files []backfill.File, names func(string) string) (out bat
 		}
 		for suffix, ks := range lists {
 			if kids == nil {
-				kids = map[string]batch.Schema{}
+				kids = map[string]backfill.ChildTable{}
 			}
-			have := kids[suffix]
-			for _, c := range ks.Columns {
-				if k := have.Index(c.Name); k >= 0 && have.Columns[k].Type != c.Type {
+			have, known := kids[suffix]
+			if known && have.Parent != ks.Parent {
+				return batch.Schema{}, nil, nil, fmt.Errorf("list %s of %s is inside another list than in an earlier file: make the files agree", suffix, fl.Name)
+			}
+			for _, c := range ks.Schema.Columns {
+				if k := have.Schema.Index(c.Name); k >= 0 && have.Schema.Columns[k].Type != c.Type {
 					return batch.Schema{}, nil, nil, fmt.Errorf("field %s of the elements of list %s is %s in %s but %s in an earlier file: declare the source's columns, or make the files agree",
-						c.Name, suffix, c.Type, fl.Name, have.Columns[k].Type)
+						c.Name, suffix, c.Type, fl.Name, have.Schema.Columns[k].Type)
 				}
 			}
-			kids[suffix], _ = addColumns(have, ks.Columns)
+			have.Parent = ks.Parent
+			have.Schema, _ = addColumns(have.Schema, ks.Schema.Columns)
+			kids[suffix] = have
 		}
 		raw := map[string]string{}
 		for j, c := range s.Columns {
@@ -448,7 +457,7 @@ func (r *runner) evolveFromFiles(ctx context.Context, f *spec.Flow, todo []backf
 	r.dataMu.RLock()
 	for suffix, ks := range kids {
 		have := r.children[f.Target+"__"+suffix].schema
-		for _, c := range ks.Columns {
+		for _, c := range ks.Schema.Columns {
 			if have.Index(c.Name) < 0 {
 				added = append(added, f.Target+"__"+suffix+"."+c.Name+" "+c.Type.String())
 			}

@@ -172,6 +172,7 @@ func (r *runner) applySnapshot(ctx context.Context, f *spec.Flow, t *cdcTarget, 
 		FailOnError:                  true,
 		Logger:                       r.log.With("flow", f.Name),
 	}
+	cfg = trackIDs(cfg)
 	eng, err := cdc.New(cfg, t.cache)
 	if err != nil {
 		return err
@@ -188,6 +189,11 @@ func (r *runner) applySnapshot(ctx context.Context, f *spec.Flow, t *cdcTarget, 
 		defer t.cache.Reset() // the load's outputs are not kept to commit into it
 		if f.StoredAsSCDType == 2 {
 			if err := a.spillTargetKeys(ctx); err != nil {
+				return err
+			}
+		}
+		if a.kids != nil {
+			if err := a.spillTargetIDs(ctx); err != nil {
 				return err
 			}
 		}

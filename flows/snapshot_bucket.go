@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -65,11 +66,16 @@ type snapshotApply struct {
 	rows      *spill       // the snapshot's rows
 	keys      *spill       // the target's current keys (SCD type 2), else nil
 	keySchema batch.Schema // the target's key columns
+	kids      *snapshotKids
 }
 
 // cleanup removes the spilled files.
 func (a *snapshotApply) cleanup() {
-	for _, s := range []*spill{a.rows, a.keys} {
+	spills := []*spill{a.rows, a.keys}
+	if a.kids != nil {
+		spills = append(append(spills, a.kids.cur), slices.Collect(maps.Values(a.kids.rows))...)
+	}
+	for _, s := range spills {
 		if s != nil {
 			_ = s.finish()
 		}
@@ -91,31 +97,54 @@ func (a *snapshotApply) spillSnapshot(ctx context.Context, format string) error 
 	}
 	a.dir, a.release = dir, release
 	a.rows = newSpill(dir, "rows", a.src, snapshotParts, maphash.MakeSeed())
+	a.kids = a.newSnapshotKids()
 	var ord int64
 	for _, fl := range a.version.files {
 		if err := a.spillFile(ctx, fl, format, &ord); err != nil {
 			return err
 		}
 	}
+	if a.kids != nil {
+		for _, s := range a.kids.rows {
+			if err := s.finish(); err != nil {
+				return err
+			}
+		}
+	}
 	return a.rows.finish()
 }
 
 func (a *snapshotApply) spillFile(ctx context.Context, fl backfill.File, format string, ord *int64) error {
-	return backfill.ReadFile(ctx, fl, format, a.src, backfill.ReadOptions{Units: a.flow.SourceUnits(a.r.p), Paths: a.flow.SourcePaths(a.r.p), Names: a.r.namesOf(a.flow)}, func(ch *backfill.Chunk) error {
+	opts := backfill.ReadOptions{Units: a.flow.SourceUnits(a.r.p), Paths: a.flow.SourcePaths(a.r.p), Names: a.r.namesOf(a.flow)}
+	if a.kids != nil {
+		opts.Children = a.kids.schemas
+	}
+	var keys []string
+	var ords []int64
+	return backfill.ReadFile(ctx, fl, format, a.src, opts, func(ch *backfill.Chunk) error {
 		if len(ch.DeadLetters) > 0 {
 			d := ch.DeadLetters[0]
 			return fmt.Errorf("file %s row %s: %s: a snapshot applies whole or not at all", d.Source, d.Position, d.Error)
 		}
+		keys, ords = keys[:0], ords[:0]
 		for i := range ch.Batch.Len() {
 			k, err := a.keyer.KeyOf(ch.Batch, i)
 			if err != nil {
 				return fmt.Errorf("file %s row %d: %w", ch.File, ch.Row(i)+1, err)
 			}
-			if err := a.rows.add(k, ch.Batch, i, *ord); err != nil {
+			keys, ords = append(keys, k), append(ords, *ord+int64(i))
+		}
+		if a.kids != nil {
+			if err := a.spillChunk(ch, keys, ords); err != nil {
 				return err
 			}
-			*ord++
 		}
+		for i, k := range keys {
+			if err := a.rows.add(k, ch.Batch, i, ords[i]); err != nil {
+				return err
+			}
+		}
+		*ord += int64(len(keys))
 		return nil
 	})
 }
@@ -174,19 +203,23 @@ func (a *snapshotApply) spillTargetKeys(ctx context.Context) error {
 // scanKeys reads the keys and __END_AT through Scan, for a destination
 // that cannot stream them.
 func (a *snapshotApply) scanKeys(ctx context.Context, add func(*batch.Batch) error) error {
+	return a.scanColumns(ctx, append(a.keySchema.Names(), cdc.EndAtColumn), add)
+}
+
+// scanColumns reads columns of the target through Scan, for a destination
+// that cannot stream them.
+func (a *snapshotApply) scanColumns(ctx context.Context, names []string, add func(*batch.Batch) error) error {
 	cur, err := a.r.sink.Scan(ctx, a.flow.Target)
 	if err != nil {
 		return err
 	}
-	cols := append(slices.Clone(a.keySchema.Columns), batch.Column{Name: cdc.EndAtColumn})
 	out := &batch.Batch{}
-	for _, col := range cols {
-		v := cur.Column(col.Name)
+	for _, name := range names {
+		v := cur.Column(name)
 		if v == nil {
-			return fmt.Errorf("table %s has no column %s", a.flow.Target, col.Name)
+			return fmt.Errorf("table %s has no column %s", a.flow.Target, name)
 		}
-		col.Type, col.Nullable = v.Type, true
-		out.Schema.Columns = append(out.Schema.Columns, col)
+		out.Schema.Columns = append(out.Schema.Columns, batch.Column{Name: name, Type: v.Type, Nullable: true})
 		out.Vectors = append(out.Vectors, v)
 	}
 	return add(out)
@@ -279,7 +312,7 @@ func (a *snapshotApply) write(ctx context.Context, ld sinks.Load) (int64, error)
 	buckets := a.buckets()
 	a.r.log.Info("snapshot applying", "flow", a.flow.Name, "version", a.version.text, "rows", a.rows.rows, "buckets", len(buckets))
 	for b, parts := range buckets {
-		in, err := a.bucketInput(parts[0], parts[1], &deletes)
+		in, fresh, err := a.bucketInput(parts[0], parts[1], &deletes)
 		if err != nil {
 			return 0, err
 		}
@@ -287,6 +320,12 @@ func (a *snapshotApply) write(ctx context.Context, ld sinks.Load) (int64, error)
 		out, err := eng.Apply(ctx, in)
 		if err != nil {
 			return 0, err
+		}
+		if a.kids != nil {
+			// The child rows first, as every load writes them.
+			if err := a.writeKids(ctx, ld, parts[0], parts[1], fresh, out); err != nil {
+				return 0, err
+			}
 		}
 		if err := stage(out); err != nil {
 			return 0, err
@@ -309,7 +348,20 @@ func (a *snapshotApply) position(offset int64) cdc.Position {
 // bucketInput reads the parts [from, to) back as the engine's input: an
 // upsert of every snapshot row, and (SCD type 2) a delete of every current
 // key the snapshot lacks. A key twice in the snapshot is ErrDuplicateKey.
-func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (cdc.Input, error) {
+// With lists, it also returns the rows given a new id, by ordinal
+// (assignIDs).
+func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (in cdc.Input, fresh map[int64]string, err error) {
+	in, ords, err := a.bucketRows(from, to, deletes)
+	if err != nil || a.kids == nil {
+		return in, nil, err
+	}
+	fresh, err = a.assignIDs(&in, from, to, ords)
+	return in, fresh, err
+}
+
+// bucketRows is bucketInput without the ids, and the ordinals of the
+// snapshot's rows in it.
+func (a *snapshotApply) bucketRows(from, to int, deletes *int64) (cdc.Input, []int64, error) {
 	n := a.rows.rowsIn(from, to)
 	if a.keys != nil {
 		n += a.keys.rowsIn(from, to)
@@ -319,7 +371,7 @@ func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (cdc.Input, er
 	for p := from; p < to; p++ {
 		var err error
 		if ords, err = a.rows.read(p, in.Batch, ords); err != nil {
-			return in, err
+			return in, ords, err
 		}
 	}
 	vv := in.Batch.Vectors[len(a.src.Columns)]
@@ -330,23 +382,23 @@ func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (cdc.Input, er
 	for i, ord := range ords {
 		k, err := a.keyer.KeyOf(in.Batch, i)
 		if err != nil {
-			return in, err
+			return in, ords, err
 		}
 		if prev, dup := seen[k]; dup {
-			return in, fmt.Errorf("%w (rows %d and %d): nothing of it applied", ErrDuplicateKey, min(prev, ord)+1, max(prev, ord)+1)
+			return in, ords, fmt.Errorf("%w (rows %d and %d): nothing of it applied", ErrDuplicateKey, min(prev, ord)+1, max(prev, ord)+1)
 		}
 		seen[k] = ord
 		in.Ops[i] = cdc.OpUpsert
 		in.Positions[i] = a.position(ord + 1)
 	}
 	if a.keys == nil {
-		return in, nil
+		return in, ords, nil
 	}
 	cur := batch.New(a.keySchema, int(a.keys.rowsIn(from, to)))
 	for p := from; p < to; p++ {
 		var err error
 		if _, err = a.keys.read(p, cur, nil); err != nil {
-			return in, err
+			return in, ords, err
 		}
 	}
 	// Every current key the snapshot lacks is deleted at the version: its
@@ -358,7 +410,7 @@ func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (cdc.Input, er
 	for i := range cur.Len() {
 		k, err := a.keyer.KeyOf(cur, i)
 		if err != nil {
-			return in, err
+			return in, ords, err
 		}
 		if _, ok := seen[k]; ok {
 			continue // held by the snapshot, or a key of several versions
@@ -376,5 +428,5 @@ func (a *snapshotApply) bucketInput(from, to int, deletes *int64) (cdc.Input, er
 		in.Positions = append(in.Positions, a.position(*deletes))
 		*deletes++
 	}
-	return in, nil
+	return in, ords, nil
 }

@@ -123,3 +123,81 @@ func BenchmarkDecodeInferred(b *testing.B) {
 	b.ReportMetric(float64(inferredNS)/rows, "inferred_ns/row")
 	b.ReportMetric(float64(inferredNS)/float64(declaredNS), "ratio")
 }
+
+// BenchmarkDecodeNested decodes orders each with a list of five items
+// into a table typed by its messages and its child table, against the
+// same orders without items: ratio is the nested time per order over the
+// flat one.
+func BenchmarkDecodeNested(b *testing.B) {
+	flat := orderMessages(1024)
+	nested := make([][]byte, len(flat))
+	for i, m := range flat {
+		w := append(append([]byte(nil), m[:len(m)-1]...), `,"lines":[`...)
+		for j := range 5 {
+			if j > 0 {
+				w = append(w, ',')
+			}
+			w = fmt.Appendf(w, `{"sku":"sku-%06d","qty":%d,"price":"%d.%02d"}`, (i*7+j)%100_000, 1+j, i%500, j)
+		}
+		nested[i] = append(w, "]}"...)
+	}
+	type run struct {
+		d    *JSON
+		recs []batch.Record
+		s    batch.Schema
+	}
+	setup := func(msgs [][]byte) run {
+		recs := make([]batch.Record, len(msgs))
+		for i, m := range msgs {
+			recs[i] = batch.Record{Topic: "orders", Partition: 1, Offset: int64(i), Value: m}
+		}
+		first, err := NewInferring(batch.Schema{}, naming.SnakeCase)
+		if err != nil {
+			b.Fatal(err)
+		}
+		first.DecodeAll(recs, batch.New(batch.Schema{}, 0), nil)
+		s := batch.Schema{Columns: first.Found()}
+		kids := map[string]batch.Schema{}
+		for suffix, k := range first.FoundChildren() {
+			kids[suffix] = batch.Schema{Columns: append(append([]batch.Column(nil), linkSchema().Columns...), k.Columns...)}
+		}
+		d, err := NewInferring(s, naming.SnakeCase)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.SetChildren(kids)
+		d.Govern(Contract{Columns: Evolve, DataType: Evolve})
+		return run{d: d, recs: recs, s: s}
+	}
+	f, n := setup(flat), setup(nested)
+	var flatNS, nestedNS int64
+	for b.Loop() {
+		for _, r := range []*run{&f, &n} {
+			out := batch.New(r.s, len(r.recs))
+			start := time.Now()
+			if dls := r.d.DecodeAll(r.recs, out, nil); len(dls) > 0 {
+				b.Fatal(dls[0].Error)
+			}
+			r.d.ChildRows()
+			ns := time.Since(start).Nanoseconds()
+			if r == &f {
+				flatNS += ns
+			} else {
+				nestedNS += ns
+			}
+		}
+	}
+	orders := float64(b.N) * float64(len(flat))
+	b.ReportMetric(float64(flatNS)/orders, "flat_ns/order")
+	b.ReportMetric(float64(nestedNS)/orders, "nested_ns/order")
+	b.ReportMetric(float64(nestedNS)/float64(flatNS), "ratio")
+}
+
+func linkSchema() batch.Schema {
+	return batch.Schema{Columns: []batch.Column{
+		{Name: batch.RootIDColumn, Type: batch.String},
+		{Name: batch.ParentIDColumn, Type: batch.String},
+		{Name: batch.ListIdxColumn, Type: batch.Int64},
+		{Name: batch.IDColumn, Type: batch.String},
+	}}
+}

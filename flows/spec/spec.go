@@ -772,10 +772,11 @@ func (p *Pipeline) ChildRoot(name string) *Table {
 }
 
 // HasChildren reports whether the flow's target may have child tables:
-// an append target typed by its data, or an auto_cdc target typed by its
-// messages or its files (docs/schema.md#child-tables).
+// an append target typed by its data, an auto_cdc target typed by its
+// messages or its files, or a snapshot target typed by its files
+// (docs/schema.md#child-tables).
 func (f *Flow) HasChildren(p *Pipeline) bool {
-	cdc := f.Kind == KindAutoCDC && (f.InfersJSON() || f.Source.Files != nil)
+	cdc := f.Kind == KindAutoCDC && (f.InfersJSON() || f.Source.Files != nil) || f.Kind == KindAutoCDCFromSnapshot
 	return (f.Kind == KindAppend || cdc) && f.DataTold(p)
 }
 
