@@ -34,11 +34,7 @@ func ServerAddr(t testing.TB) string {
 // when the test ends.
 func NewDatabase(t testing.TB, addr string) string {
 	t.Helper()
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	db := "sluice_test_" + hex.EncodeToString(b[:])
+	db := newName(t)
 	t.Cleanup(func() {
 		c, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: 5 * time.Second})
 		if err != nil {
@@ -48,4 +44,14 @@ func NewDatabase(t testing.TB, addr string) string {
 		_ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS `"+db+"`")
 	})
 	return db
+}
+
+// newName returns a database name no other test uses.
+func newName(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "sluice_test_" + hex.EncodeToString(b[:])
 }
