@@ -2,6 +2,8 @@
 // SLUICE_CLICKHOUSE_ADDR (set by `make test`, which starts one with
 // scripts/clickhouse-test-server) and fresh databases dropped afterwards.
 // Without the address a test fails under CI=true and is skipped otherwise.
+// Tests that need a replicated or sharded cluster start one with
+// scripts/clickhouse-test-cluster through StartCluster or SharedCluster.
 package chtest
 
 import (

@@ -47,6 +47,7 @@ func StartCluster(t testing.TB) *Cluster {
 	if err != nil {
 		noCluster(t, err)
 	}
+	c.logsOnFailure(t)
 	return c
 }
 
@@ -73,7 +74,30 @@ func SharedCluster(t testing.TB) *Cluster {
 	if shared.err != nil {
 		noCluster(t, shared.err) // a failed start is not tried again by every test
 	}
+	shared.c.logsOnFailure(t)
 	return shared.c
+}
+
+// logsOnFailure logs the tails of the servers' and ZooKeeper's logs when
+// the test fails: the cluster's folder goes with the test binary.
+func (c *Cluster) logsOnFailure(t testing.TB) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, f := range []string{"ch1/log/server.err.log", "ch1/log/stdout.log", "ch2/log/server.err.log", "ch2/log/stdout.log",
+			"ch3/log/server.err.log", "ch3/log/stdout.log", "ch4/log/server.err.log", "ch4/log/stdout.log", "zk/zk.log"} {
+			b, err := os.ReadFile(filepath.Join(c.dir, f))
+			if err != nil || len(b) == 0 {
+				continue
+			}
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			if len(lines) > 30 {
+				lines = lines[len(lines)-30:]
+			}
+			t.Logf("--- %s\n%s", f, strings.Join(lines, "\n"))
+		}
+	})
 }
 
 // StopSharedCluster stops the cluster SharedCluster started, if any.
