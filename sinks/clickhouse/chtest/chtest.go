@@ -2,6 +2,8 @@
 // SLUICE_CLICKHOUSE_ADDR (set by `make test`, which starts one with
 // scripts/clickhouse-test-server) and fresh databases dropped afterwards.
 // Without the address a test fails under CI=true and is skipped otherwise.
+// Tests that need a replicated or sharded cluster start one with
+// scripts/clickhouse-test-cluster through StartCluster or SharedCluster.
 package chtest
 
 import (
@@ -34,11 +36,7 @@ func ServerAddr(t testing.TB) string {
 // when the test ends.
 func NewDatabase(t testing.TB, addr string) string {
 	t.Helper()
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	db := "sluice_test_" + hex.EncodeToString(b[:])
+	db := newName(t)
 	t.Cleanup(func() {
 		c, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: 5 * time.Second})
 		if err != nil {
@@ -48,4 +46,14 @@ func NewDatabase(t testing.TB, addr string) string {
 		_ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS `"+db+"`")
 	})
 	return db
+}
+
+// newName returns a database name no other test uses.
+func newName(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "sluice_test_" + hex.EncodeToString(b[:])
 }

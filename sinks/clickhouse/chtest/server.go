@@ -2,6 +2,7 @@ package chtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,18 +58,34 @@ func (srv *Server) run(cmd string) string {
 // findScript finds scripts/clickhouse-test-server above the test's folder.
 func findScript(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	return findScriptNamed(t, "clickhouse-test-server")
+}
+
+// findScriptNamed finds scripts/NAME above the test's folder.
+func findScriptNamed(t testing.TB, name string) string {
+	t.Helper()
+	p, err := scriptPath(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// scriptPath finds scripts/NAME above the working folder (a test's is its
+// package's).
+func scriptPath(name string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
 	for {
-		p := filepath.Join(dir, "scripts", "clickhouse-test-server")
+		p := filepath.Join(dir, "scripts", name)
 		if _, err := os.Stat(p); err == nil {
-			return p
+			return p, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("scripts/clickhouse-test-server not found above the test's folder")
+			return "", fmt.Errorf("scripts/%s not found above %s", name, dir)
 		}
 		dir = parent
 	}
