@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/spec"
-	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // dead-letters list and replay (docs/operations.md, "Replaying dead letters").
@@ -96,19 +95,11 @@ func newDeadLettersList(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			p, err := g.loadSpec()
-			if err != nil {
+			var filter flows.DeadLetterFilter
+			p, _, sink, err := g.openPipeline(ctx, func(p *spec.Pipeline) (err error) {
+				filter, err = d.filter(p, time.Now())
 				return err
-			}
-			filter, err := d.filter(p, time.Now())
-			if err != nil {
-				return err
-			}
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			sink, err := destination.Open(ctx, p, log)
+			})
 			if err != nil {
 				return err
 			}
@@ -153,19 +144,11 @@ func newDeadLettersReplay(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			p, err := g.loadSpec()
-			if err != nil {
+			var filter flows.DeadLetterFilter
+			p, log, sink, err := g.openPipeline(ctx, func(p *spec.Pipeline) (err error) {
+				filter, err = d.filter(p, time.Now())
 				return err
-			}
-			filter, err := d.filter(p, time.Now())
-			if err != nil {
-				return err
-			}
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			sink, err := destination.Open(ctx, p, log)
+			})
 			if err != nil {
 				return err
 			}

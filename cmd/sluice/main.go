@@ -19,6 +19,8 @@ import (
 	"github.com/sluicehq/sluice/backfill"
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // Exit codes of the contract: 0 success, 1 a run stopped, 2 invalid spec or usage.
@@ -274,6 +276,30 @@ func readableAttr(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
+}
+
+// openPipeline loads the spec, runs check on it (flags that name its
+// flows; nil: none) and opens its destination, for a command that works on
+// what the destination holds. The caller closes the sink.
+func (g *globals) openPipeline(ctx context.Context, check func(*spec.Pipeline) error) (*spec.Pipeline, *slog.Logger, sinks.Sink, error) {
+	p, err := g.loadSpec()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if check != nil {
+		if err := check(p); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	log, err := g.logger()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sink, err := destination.Open(ctx, p, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return p, log, sink, nil
 }
 
 // loadSpec reads and validates the spec named by -f.

@@ -261,15 +261,7 @@ var tablesSchema = batch.Schema{Columns: []batch.Column{
 // counts them without reading them (NULL otherwise, and for a table not
 // created yet).
 func (g *globals) listTables(ctx context.Context, format string) error {
-	p, err := g.loadSpec()
-	if err != nil {
-		return err
-	}
-	log, err := g.logger()
-	if err != nil {
-		return err
-	}
-	sink, err := destination.Open(ctx, p, log)
+	p, _, sink, err := g.openPipeline(ctx, nil)
 	if err != nil {
 		return err
 	}

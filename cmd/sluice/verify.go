@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/flows"
-	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 func newVerify(g *globals) *cobra.Command {
@@ -33,15 +32,7 @@ func newVerify(g *globals) *cobra.Command {
 					return usageErr("%s %q: a day, YYYY-MM-DD", d.flag, d.v)
 				}
 			}
-			p, err := g.loadSpec()
-			if err != nil {
-				return err
-			}
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			sink, err := destination.Open(cmd.Context(), p, log)
+			p, _, sink, err := g.openPipeline(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}

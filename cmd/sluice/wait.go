@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/flows"
-	"github.com/sluicehq/sluice/sinks/destination"
 )
 
 // exitBehind is a wait that timed out with flows still behind.
@@ -31,15 +30,7 @@ func newWait(g *globals) *cobra.Command {
 			if format != "text" && format != "json" {
 				return usageErr("--format %q: text or json", format)
 			}
-			p, err := g.loadSpec()
-			if err != nil {
-				return err
-			}
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			sink, err := destination.Open(cmd.Context(), p, log)
+			p, _, sink, err := g.openPipeline(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
