@@ -635,6 +635,13 @@ func (r *runner) recovered(component, flow, what string, attempts int, after tim
 	r.log.Info(component+" recovered", "op", what, "attempts", attempts, "after", after.Round(time.Millisecond).String())
 }
 
+// Retry runs op as a run or update retries a failing component (c
+// classifies its errors), for work before Execute: opening the
+// destination waits as a destination failing mid-run is waited for.
+func Retry(ctx context.Context, p *spec.Pipeline, opts Options, what string, c sinks.Classifier, op func(context.Context) error) error {
+	return newRunner(p, nil, opts).retryWith(ctx, what, c, op)
+}
+
 // retry runs op until it succeeds, fails with an error the sink does not
 // classify as retryable, or (in update mode) RetryFor has passed. Retryable
 // failures are logged at Warn with a growing backoff.

@@ -139,47 +139,28 @@ func (g *globals) execute(cmd *cobra.Command, dev bool, metricsAddr string, opts
 }
 
 // openDestination opens the pipeline's destination, waiting for one that
-// does not answer yet as a destination failing mid-run is waited for: run
-// until stopped, update for --retry-for. A signal ends the wait at once.
+// does not answer yet as a destination failing mid-run is waited for (the
+// runner's retries: run until stopped, update for --retry-for). A signal
+// ends the wait at once.
 func openDestination(ctx context.Context, p *spec.Pipeline, log *slog.Logger, opts flows.Options) (sinks.Sink, error) {
-	retryFor := opts.RetryFor
-	if retryFor <= 0 {
-		retryFor = flows.DefaultRetryFor
-	}
-	start := time.Now()
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
+	opts.Logger = log
+	var sink sinks.Sink
+	err := flows.Retry(ctx, p, opts, "open the destination", destination.Opening{Pipeline: p}, func(ctx context.Context) error {
 		// The sink outlives the signal: a drain after SIGTERM still
 		// commits. Each attempt is bounded by the destination's dial
 		// timeout, and ends when the signal comes.
 		octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		stopOnSignal := context.AfterFunc(ctx, cancel)
-		sink, err := destination.Open(octx, p, log)
-		stopOnSignal()
-		cancel()
-		if err == nil {
-			if attempt > 1 {
-				log.Info("destination recovered", "op", "open", "attempts", attempt, "after", time.Since(start).Round(time.Millisecond).String())
-			}
-			opts.Metrics.Destination(nil)
-			return sink, nil
+		defer cancel()
+		defer context.AfterFunc(ctx, cancel)()
+		var err error
+		sink, err = destination.Open(octx, p, log)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("%w while connecting to the destination: %w", ctx.Err(), err)
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w while connecting to the destination: %w", ctx.Err(), err)
-		}
-		if !destination.Retryable(p, err) {
-			return nil, err
-		}
-		opts.Metrics.Destination(err)
-		if opts.Mode == flows.ModeUpdate && time.Since(start) > retryFor {
-			return nil, fmt.Errorf("open the destination: still failing after %s: %w", retryFor, err)
-		}
-		log.Warn("destination failing; retrying", "op", "open", "attempt", attempt, "backoff", backoff.String(), "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w while connecting to the destination: %w", ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 10*time.Second)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return sink, nil
 }

@@ -40,13 +40,13 @@ func Open(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Sink, 
 	return nil, errors.New("spec has no destination")
 }
 
-// Retryable reports whether Open's error err may pass when tried again:
-// a ClickHouse server that does not answer yet (refused, timed out,
-// overloaded), as opposed to a refusal such as bad credentials or a bad
+// Opening classifies the errors of Open (a sinks.Classifier): worth
+// trying again is a ClickHouse server that does not answer yet (refused,
+// timed out, overloaded), not a refusal such as bad credentials or a bad
 // setting. Opening a local destination is not retried.
-func Retryable(p *spec.Pipeline, err error) bool {
-	if p.Destination.ClickHouse == nil {
-		return false
-	}
-	return chsql.Retryable(err)
+type Opening struct{ Pipeline *spec.Pipeline }
+
+// Retryable implements sinks.Classifier.
+func (o Opening) Retryable(err error) bool {
+	return o.Pipeline.Destination.ClickHouse != nil && chsql.Retryable(err)
 }
