@@ -154,6 +154,10 @@ type Connecting struct{}
 // Component names the brokers in retry log lines.
 func (Connecting) Component() string { return "broker" }
 
+// ReportsRecovery marks that Consume reports the end of an outage itself
+// (Config.Connected): it returns only when it ends.
+func (Connecting) ReportsRecovery() {}
+
 // Retryable reports whether err is a ConnectError.
 func (Connecting) Retryable(err error) bool {
 	var ce *ConnectError

@@ -609,6 +609,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 // the retry log lines and metrics ("destination" when it does not).
 type named interface{ Component() string }
 
+// reportsRecovery is a classifier of an operation that says itself when
+// the outage ended: one that runs on long after it (a consumer) would
+// report it only when it returns.
+type reportsRecovery interface{ ReportsRecovery() }
+
 // flowKey is the context key of the flow an operation is for.
 type flowKey struct{}
 
@@ -663,7 +668,9 @@ func (r *runner) retryWith(ctx context.Context, what string, c sinks.Classifier,
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
 		if err == nil && attempt > 1 {
-			r.recovered(component, flow, what, attempt, time.Since(start))
+			if _, own := c.(reportsRecovery); !own {
+				r.recovered(component, flow, what, attempt, time.Since(start))
+			}
 		}
 		if err == nil || c == nil || !c.Retryable(err) {
 			return err
