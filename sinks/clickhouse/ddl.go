@@ -515,6 +515,9 @@ func (s *Sink) forget(name string) {
 	delete(s.cdc, name)
 	delete(s.cdc, strings.TrimPrefix(name, physPrefix))
 	s.mu.Unlock()
+	if s.srv != nil {
+		s.srv.forget(name)
+	}
 }
 
 // Columns returns a table's columns as the server has them.

@@ -87,6 +87,10 @@ func (s *Sink) foldHeads(ctx context.Context, pipeline, flow string, slots []str
 	if !reset.IsZero() {
 		resetUS = reset.UnixMicro()
 	}
+	if s.zk != nil {
+		h, _, err := s.zkHeads(pipeline, flow, slots, resetUS)
+		return h, err
+	}
 	out := flowHeads{}
 	if err := s.readHints(ctx, pipeline, flow, slots, resetUS, out); err != nil {
 		return nil, err
@@ -300,6 +304,15 @@ func (s *Sink) writeHeads(ctx context.Context, l *load, c sinks.Commit, at time.
 			return
 		}
 	}
+	if err := s.insertHeads(ctx, l.meta.Pipeline, l.meta.Flow, advanceHeads(prev, c, at), l.meta.LoadID); err != nil {
+		s.log.Warn("heads not written; readers fold the ledger instead", "load", l.meta.LoadID, "err", err)
+	}
+}
+
+// advanceHeads returns the heads a load committed at at leaves its To
+// slots at: its positions, with the counts of the heads it continued and
+// its own on its first slot.
+func advanceHeads(prev flowHeads, c sinks.Commit, at time.Time) flowHeads {
 	first := firstSlot(c.To)
 	next := flowHeads{}
 	for _, p := range c.To {
@@ -309,6 +322,7 @@ func (s *Sink) writeHeads(ctx context.Context, l *load, c sinks.Commit, at time.
 			sh = *old
 		}
 		sh.pos, sh.at = p, at.UnixMicro()
+		sh.hint, sh.hintAt = false, 0
 		if sl == first {
 			sh.loads++
 			sh.rows += c.Rows
@@ -316,9 +330,7 @@ func (s *Sink) writeHeads(ctx context.Context, l *load, c sinks.Commit, at time.
 		}
 		next[sl] = &sh
 	}
-	if err := s.insertHeads(ctx, l.meta.Pipeline, l.meta.Flow, next, l.meta.LoadID); err != nil {
-		s.log.Warn("heads not written; readers fold the ledger instead", "load", l.meta.LoadID, "err", err)
-	}
+	return next
 }
 
 // Totals implements sinks.Sink from the flows' heads: the counts each slot's

@@ -94,6 +94,9 @@ func (s *Sink) AcquireLease(ctx context.Context, table, holder string, ttl time.
 	if !chsql.ValidIdent(table) {
 		return fmt.Errorf("clickhouse: lease of %q: %w", table, sinks.ErrUnknownTable)
 	}
+	if s.zk != nil {
+		return errClusterCDC(table)
+	}
 	if err := s.ensureSystem(ctx); err != nil {
 		return err
 	}

@@ -65,6 +65,13 @@ type load struct {
 	// same generation (lease.go).
 	leases map[string]heldLease
 
+	// On a cluster (zkcommit.go): the version of the load's node as this
+	// process created it, the owner it names, and the ledger row once the
+	// commit's multi was sent.
+	zkVersion int32
+	zkOwner   string
+	zkRow     *ledgerRow
+
 	// Partitions to replace (replace.go).
 	replace    map[string][]string // table -> sorted partition ids listed by ReplacePartitions
 	plists     map[string]bool     // list tables that may exist (recorded before their CREATE)
@@ -76,6 +83,9 @@ type load struct {
 func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, error) {
 	if meta.LoadID == "" || len(meta.LoadID) > maxLoadID {
 		return nil, fmt.Errorf("clickhouse: load id %q: want 1 to %d bytes", meta.LoadID, maxLoadID)
+	}
+	if s.srv != nil {
+		return s.srv.begin(ctx, meta)
 	}
 	if err := s.ensureSystem(ctx); err != nil {
 		return nil, err
@@ -91,14 +101,32 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 	if !dup && !dup2 {
 		s.inflight[l.enc] = l
 	}
-	owner := encodeID(s.owner)
 	s.mu.Unlock()
 	if dup || dup2 {
 		return nil, fmt.Errorf("clickhouse: load id %s is already in use", meta.LoadID)
 	}
+	l.zkOwner = s.currentOwner()
+	owner := encodeID(l.zkOwner)
+	if s.zk != nil {
+		// The node first: a marker without one is of a load that can never
+		// commit, which recovery removes at once.
+		found, err := s.zk.createLoad(l.enc, zkLoad{State: zkOpen, Owner: l.zkOwner, Server: s.server, Pipeline: meta.Pipeline, Flow: meta.Flow})
+		if err != nil || found {
+			s.done(l)
+			if found {
+				return nil, fmt.Errorf("clickhouse: load id %s was used before", meta.LoadID)
+			}
+			return nil, fmt.Errorf("clickhouse: begin load %s: %w", meta.LoadID, err)
+		}
+	}
 	err := chsql.Lock(ctx, s.conn, s.opts.Database, markerName(l.enc), chsql.Field{Name: "owner", Value: owner})
 	if err != nil {
 		s.done(l)
+		if s.zk != nil {
+			if derr := s.zk.dropLoad(l.enc); derr != nil {
+				s.log.Warn("load node not removed; recovery removes it", "load", meta.LoadID, "err", derr)
+			}
+		}
 		if chsql.IsCode(err, chsql.CodeTableAlreadyExists) {
 			return nil, fmt.Errorf("clickhouse: load id %s was used before", meta.LoadID)
 		}
@@ -395,6 +423,9 @@ func (s *Sink) commit(ctx context.Context, l *load, c sinks.Commit) error {
 	if err := s.resolvePending(ctx); err != nil {
 		return fail(err)
 	}
+	if s.zk != nil {
+		return s.commitZK(ctx, l, c)
+	}
 	slots, _ := fromSlots(c.From)
 	for _, slot := range slots {
 		if err := s.acquire(ctx, l, slot); err != nil {
@@ -471,6 +502,15 @@ func (s *Sink) discard(ctx context.Context, l *load) {
 }
 
 func (s *Sink) dropLoad(ctx context.Context, l *load) error {
+	if s.zk != nil {
+		rec, err := s.zk.fenceLoad(l.enc)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			return fmt.Errorf("clickhouse: load %s is committed in zookeeper: it is published, not dropped", l.meta.LoadID)
+		}
+	}
 	if err := s.releaseLocks(ctx, l); err != nil {
 		return err
 	}
@@ -531,6 +571,11 @@ func (s *Sink) resolvePending(ctx context.Context) error {
 }
 
 func (s *Sink) resolve(ctx context.Context, l *load) error {
+	if l.todo == unknownCommit && s.zk != nil {
+		if err := s.settleZK(l); err != nil {
+			return err
+		}
+	}
 	if l.todo == unknownCommit {
 		// Fence whatever insert may still be running, then look.
 		if err := s.fence(ctx, markerName(l.enc)); err != nil {
@@ -562,6 +607,11 @@ func (s *Sink) resolve(ctx context.Context, l *load) error {
 	}
 	switch l.todo {
 	case unpublished:
+		if l.zkRow != nil {
+			if err := s.insertLedger(ctx, *l.zkRow); err != nil {
+				return err
+			}
+		}
 		for _, table := range sortedKeys(l.stages) {
 			if err := s.rollForward(ctx, l.enc, l.meta.LoadID, table, l.replace[table]); err != nil {
 				return err
@@ -569,6 +619,9 @@ func (s *Sink) resolve(ctx context.Context, l *load) error {
 			delete(l.stages, table)
 		}
 		if err := s.dropPlists(ctx, l); err != nil {
+			return err
+		}
+		if err := s.dropZKLoad(l.enc); err != nil {
 			return err
 		}
 		return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))

@@ -52,6 +52,15 @@ type Options struct {
 	// before it counts as abandoned (default 30s). A committed load whose
 	// writer's heartbeat expired or ended is published at once.
 	Grace time.Duration
+	// Cluster names a cluster of the servers' remote_servers: targets and
+	// sluice's tables are replicated over it, and loads commit through
+	// ZooKeeper (docs/clickhouse.md, "Cluster targets"). Addr lists its
+	// servers: a load goes through one of them, the next when it does not
+	// answer.
+	Cluster string
+	// ZooKeeper lists the host:port addresses of the ZooKeeper ensemble of
+	// the cluster; required with Cluster.
+	ZooKeeper []string
 	// Compression is how blocks travel over the native protocol: "lz4",
 	// "zstd" or "none". Empty: none when every address is a loopback one
 	// (the server runs on this machine, where compressing costs both ends

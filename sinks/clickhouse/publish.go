@@ -18,7 +18,7 @@ import (
 // targets, then drops them and the marker. When recovery has taken the
 // publication over (a staging table is gone), publishing is its job.
 func (s *Sink) publish(ctx context.Context, l *load) error {
-	if s.failPublish.CompareAndSwap(true, false) {
+	if s.failPublish.CompareAndSwap(true, false) || (s.parent != nil && s.parent.failPublish.CompareAndSwap(true, false)) {
 		return chsql.Transient("clickhouse: publish load %s: failed by a test", l.meta.LoadID)
 	}
 	tables := sortedKeys(l.stages)
@@ -64,6 +64,9 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 		s.log.Debug("load published", "load", l.meta.LoadID, "table", table, "partitions", len(pids), "replaced", len(listed))
 	}
 	if err := s.dropPlists(ctx, l); err != nil {
+		return err
+	}
+	if err := s.dropZKLoad(l.enc); err != nil {
 		return err
 	}
 	return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))

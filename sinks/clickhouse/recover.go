@@ -68,6 +68,16 @@ type loadObjects struct {
 // own), uncommitted loads and locks of stopped processes are fenced and
 // dropped. Callers hold s.mntMu.
 func (s *Sink) maintain(ctx context.Context, force bool) error {
+	if s.srv != nil {
+		// What loads left is on their servers: a forced run (Recover, a
+		// reset) needs every server, since a committed load left on one
+		// that is down would be published later.
+		return s.srv.each(ctx, force, func(ss *Sink) error {
+			ss.mntMu.Lock()
+			defer ss.mntMu.Unlock()
+			return ss.maintain(ctx, force)
+		})
+	}
 	grace := s.graceTime()
 	if err := s.resolvePending(ctx); err != nil {
 		return err
@@ -131,6 +141,15 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
+	if s.zk != nil {
+		byEnc := make(map[string]string, len(loads))
+		for enc, lo := range loads {
+			byEnc[enc] = lo.id
+		}
+		if err := s.zkCommitted(ctx, byEnc, committed); err != nil {
+			return err
+		}
+	}
 	alive, err := s.aliveOwners(ctx)
 	if err != nil {
 		return err
@@ -179,7 +198,19 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 		if !s.abandoned(owner, age, alive) {
 			continue
 		}
-		// Fence first: once the marker is gone the load cannot commit.
+		// Fence first: once the marker (on a cluster, the load's node) is
+		// gone the load cannot commit.
+		if s.zk != nil {
+			rec, err := s.zk.fenceLoad(enc)
+			if err != nil {
+				return err
+			}
+			if rec != nil && rec.Row != nil {
+				if err := s.insertLedger(ctx, *rec.Row); err != nil {
+					return err
+				}
+			}
+		}
 		if err := s.fence(ctx, markerName(enc)); err != nil {
 			return err
 		}
@@ -267,6 +298,9 @@ func (s *Sink) finishCommitted(ctx context.Context, lo *loadObjects) error {
 	if err := s.refreshHeads(ctx, lo.id); err != nil {
 		return err
 	}
+	if err := s.dropZKLoad(lo.enc); err != nil {
+		return err
+	}
 	return s.exec(ctx, "drop marker", s.dropStmt(markerName(lo.enc)))
 }
 
@@ -286,6 +320,9 @@ func (s *Sink) markerOwner(ctx context.Context, enc string) (string, bool, error
 // Unpublished implements sinks.Settler: the committed loads whose staging
 // tables are still there (publication drops them).
 func (s *Sink) Unpublished(ctx context.Context) (int, error) {
+	if s.srv != nil {
+		return s.srv.unpublished(ctx)
+	}
 	ages, err := s.objectAges(ctx)
 	if err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -72,6 +73,15 @@ type Sink struct {
 	failPublish atomic.Bool
 	lastBase    uint64               // the last version base this sink gave a load
 	leases      map[string]heldLease // the leases this sink took, by target
+
+	// On a cluster (cluster.go): the ZooKeeper session every commit goes
+	// through; in the sink Open returns, the sinks of the cluster's
+	// servers that loads go through (srv); in each of those, the server it
+	// speaks to and the sink that opened it.
+	zk     *coord
+	srv    *servers
+	server string
+	parent *Sink
 }
 
 var (
@@ -86,6 +96,29 @@ var (
 // created by Ensure, not here.
 func Open(ctx context.Context, opts Options) (*Sink, error) {
 	opts.withDefaults()
+	if opts.Cluster == "" && len(opts.ZooKeeper) > 0 {
+		return nil, errors.New("clickhouse: zookeeper is set without cluster: name the cluster of the servers' remote_servers in cluster, or leave zookeeper out")
+	}
+	s, err := openServer(ctx, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Cluster == "" {
+		s.startCleanup(opts.CleanupEvery)
+		return s, nil
+	}
+	// The maintenance runs in the servers' sinks (cluster.go): this one's
+	// connections go to whichever server answers.
+	if err := s.clusterOpen(ctx); err != nil {
+		s.conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openServer connects to the server (the first of opts.Addr that answers)
+// and detects its version; log nil: opts.Logger.
+func openServer(ctx context.Context, opts Options, log *slog.Logger) (*Sink, error) {
 	if !chsql.ValidIdent(opts.Database) {
 		return nil, fmt.Errorf("clickhouse: database name %q: use letters, digits and underscores", opts.Database)
 	}
@@ -123,7 +156,9 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 		return nil, fmt.Errorf("clickhouse: settings %v have text values, which ClickHouse %d.%d cannot receive (only numbers and booleans, before 19.11): give numbers, or leave them out",
 			bad, v.Version.Major, v.Version.Minor)
 	}
-	log := opts.Logger
+	if log == nil {
+		log = opts.Logger
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -132,7 +167,6 @@ func Open(ctx context.Context, opts Options) (*Sink, error) {
 	s.feat = featuresOf(int(v.Version.Major), int(v.Version.Minor))
 	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "version", s.version, "compression", opts.Compression,
 		"datetime64", s.feat.dateTime64, "date32", s.feat.date32, "is_deleted", s.feat.isDeleted)
-	s.startCleanup(opts.CleanupEvery)
 	return s, nil
 }
 
@@ -211,8 +245,18 @@ func (s *Sink) ServerVersion() string { return s.version }
 // still open are left to recovery.
 func (s *Sink) Close() error {
 	s.endCleanup()
+	var first error
+	if s.srv != nil {
+		first = s.srv.close()
+	}
+	if s.zk != nil && s.parent == nil {
+		s.zk.close()
+	}
 	if err := s.conn.Close(); err != nil {
 		return fmt.Errorf("clickhouse: close: %w", err)
+	}
+	if first != nil {
+		return fmt.Errorf("clickhouse: close: %w", first)
 	}
 	return nil
 }
@@ -242,6 +286,9 @@ func (s *Sink) dropSuffix() string {
 }
 
 func (s *Sink) currentOwner() string {
+	if s.parent != nil {
+		return s.parent.currentOwner()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.owner

@@ -1,0 +1,228 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
+)
+
+// servers are the sinks of a cluster destination's servers, one per
+// address, each with connections to that server alone. A load is begun,
+// staged, committed and published through one of them (its objects and
+// its publication are on one server, as the protocol needs), and each
+// runs the maintenance of what loads left on its server. The sink Open
+// returns keeps its own connections, to whichever address answers, for
+// tables, reads and heartbeats.
+type servers struct {
+	parent *Sink
+	addrs  []string
+
+	mu   sync.Mutex
+	open map[string]*Sink
+	cur  int // index in addrs of the server loads go to
+
+	stop func()
+	done chan struct{}
+}
+
+func newServers(parent *Sink, addrs []string) *servers {
+	return &servers{parent: parent, addrs: addrs, open: map[string]*Sink{}}
+}
+
+// get returns the sink of a server, connecting to it on first use.
+func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
+	v.mu.Lock()
+	ss := v.open[addr]
+	v.mu.Unlock()
+	if ss != nil {
+		return ss, nil
+	}
+	p := v.parent
+	opts := p.opts
+	opts.Addr = []string{addr}
+	ss, err := openServer(ctx, opts, p.log.With("server", addr))
+	if err != nil {
+		return nil, err
+	}
+	ss.zk, ss.server, ss.parent = p.zk, addr, p
+	if err := ss.ensureSystem(ctx); err != nil {
+		ss.Close()
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if have := v.open[addr]; have != nil {
+		ss.Close()
+		return have, nil
+	}
+	v.open[addr] = ss
+	ss.startCleanup(opts.CleanupEvery)
+	return ss, nil
+}
+
+// begin begins a load on the current server; when that server does not
+// answer, the next address becomes current and the error is returned (the
+// runner's retry begins the load there).
+func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, error) {
+	v.mu.Lock()
+	i := v.cur
+	v.mu.Unlock()
+	addr := v.addrs[i]
+	ss, err := v.get(ctx, addr)
+	if err == nil {
+		var l sinks.Load
+		if l, err = ss.Begin(ctx, meta); err == nil {
+			return l, nil
+		}
+	}
+	if unreachable(err) && len(v.addrs) > 1 {
+		v.mu.Lock()
+		if v.cur == i {
+			v.cur = (i + 1) % len(v.addrs)
+			v.parent.log.Warn("server does not answer; loads go to the next one", "server", addr, "next", v.addrs[v.cur], "err", err)
+		}
+		v.mu.Unlock()
+	}
+	return nil, err
+}
+
+// unreachable reports whether err says a server did not answer (refused,
+// reset, timed out), as opposed to an answer refusing the work or a
+// transient state of the protocol.
+func unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ex *clickhouse.Exception
+	var te *chsql.TransientError
+	return !errors.As(err, &ex) && !errors.As(err, &te) && chsql.Retryable(err)
+}
+
+// each runs fn on the sink of every server that answers. A server that
+// does not is an error when all is set, and logged otherwise unless no
+// server answers.
+func (v *servers) each(ctx context.Context, all bool, fn func(*Sink) error) error {
+	var first error
+	ok := 0
+	for _, addr := range v.addrs {
+		ss, err := v.get(ctx, addr)
+		if err != nil {
+			if all {
+				return fmt.Errorf("clickhouse: server %s: %w", addr, err)
+			}
+			v.parent.log.Warn("server does not answer; what loads left on it waits for it", "server", addr, "err", err)
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		ok++
+		if err := fn(ss); err != nil {
+			return err
+		}
+	}
+	if ok == 0 {
+		return first
+	}
+	return nil
+}
+
+// connectLater connects, in the background, to the servers that did not
+// answer yet, so that each server's maintenance runs once it is up.
+func (v *servers) connectLater(every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	v.stop, v.done = cancel, make(chan struct{})
+	go func() {
+		defer close(v.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			for _, addr := range v.addrs {
+				v.mu.Lock()
+				have := v.open[addr] != nil
+				v.mu.Unlock()
+				if !have && ctx.Err() == nil {
+					if _, err := v.get(ctx, addr); err != nil && ctx.Err() == nil {
+						v.parent.log.Debug("server still does not answer", "server", addr, "err", err)
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (v *servers) close() error {
+	if v.stop != nil {
+		v.stop()
+		<-v.done
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var first error
+	for addr, ss := range v.open {
+		if err := ss.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(v.open, addr)
+	}
+	return first
+}
+
+// forget drops what every server's sink knows of a table (Ensure, Drop
+// and Reset changed it).
+func (v *servers) forget(name string) {
+	v.mu.Lock()
+	open := make([]*Sink, 0, len(v.open))
+	for _, ss := range v.open {
+		open = append(open, ss)
+	}
+	v.mu.Unlock()
+	for _, ss := range open {
+		ss.forget(name)
+	}
+}
+
+// unpublished counts the loads of every server's sink left unresolved.
+func (v *servers) unpublished(ctx context.Context) (int, error) {
+	n := 0
+	err := v.each(ctx, false, func(ss *Sink) error {
+		k, err := ss.Unpublished(ctx)
+		n += k
+		return err
+	})
+	return n, err
+}
+
+// clusterOpen opens the cluster parts of a sink: the ZooKeeper session and
+// the servers' sinks.
+func (s *Sink) clusterOpen(ctx context.Context) error {
+	if s.opts.Cluster == "" {
+		return nil
+	}
+	c, err := openCoord(s.opts.ZooKeeper, s.opts.Cluster, s.opts.Database, s.log)
+	if err != nil {
+		return err
+	}
+	s.zk = c
+	s.srv = newServers(s, s.opts.Addr)
+	s.srv.connectLater(s.opts.CleanupEvery)
+	return nil
+}
+
+// describeServers is for errors and logs.
+func (v *servers) String() string { return fmt.Sprint(v.addrs) }
