@@ -67,14 +67,48 @@ func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
 	return ss, nil
 }
 
-// begin begins a load on the current server; when that server does not
-// answer, the next address becomes current and the error is returned (the
-// runner's retry begins the load there).
+// current returns the sink of the server loads go to.
+func (v *servers) current(ctx context.Context) (*Sink, error) {
+	v.mu.Lock()
+	i := v.cur
+	v.mu.Unlock()
+	ss, err := v.get(ctx, v.addrs[i])
+	if err != nil {
+		v.next(i, err)
+	}
+	return ss, err
+}
+
+// next makes the address after i current, unless another failure did.
+func (v *servers) next(i int, err error) {
+	if !unreachable(err) || len(v.addrs) < 2 {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cur == i {
+		v.cur = (i + 1) % len(v.addrs)
+		v.parent.log.Warn("server does not answer; loads go to the next one", "server", v.addrs[i], "next", v.addrs[v.cur], "err", err)
+	}
+}
+
+// begin begins a load on the current server, or on the server of the
+// lease of a CDC target among its targets; when that server does not
+// answer, the next address becomes current (and the lease's server is
+// forgotten, for the next renewal to catch another one up) and the error
+// is returned: the runner's retry begins the load there.
 func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, error) {
 	v.mu.Lock()
 	i := v.cur
 	v.mu.Unlock()
 	addr := v.addrs[i]
+	leased := ""
+	for _, t := range meta.Targets {
+		if h, ok := v.parent.heldLease(t); ok && h.server != "" {
+			addr, leased = h.server, t
+			break
+		}
+	}
 	ss, err := v.get(ctx, addr)
 	if err == nil {
 		var l sinks.Load
@@ -82,13 +116,13 @@ func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, e
 			return l, nil
 		}
 	}
-	if unreachable(err) && len(v.addrs) > 1 {
-		v.mu.Lock()
-		if v.cur == i {
-			v.cur = (i + 1) % len(v.addrs)
-			v.parent.log.Warn("server does not answer; loads go to the next one", "server", addr, "next", v.addrs[v.cur], "err", err)
+	if unreachable(err) {
+		if leased != "" {
+			v.parent.forgetLeaseServer(leased, addr)
 		}
-		v.mu.Unlock()
+		if addr == v.addrs[i] {
+			v.next(i, err)
+		}
 	}
 	return nil, err
 }

@@ -174,3 +174,14 @@ func waitIDs(t testing.TB, addr, db, table string, want []int64, where string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestClusterCDCConformance runs the CDC suite on the replicated cluster.
+func TestClusterCDCConformance(t *testing.T) {
+	c := chtest.SharedCluster(t)
+	probe := dialCluster(t, c, "default", 0)
+	defer probe.Close()
+	sinktest.RunCDC(t, func(t *testing.T) func() sinks.Sink {
+		db := chtest.NewClusterDatabase(t, c)
+		return func() sinks.Sink { return dialCluster(t, c, db, 0) }
+	}, suiteOptions(probe)...)
+}

@@ -52,6 +52,13 @@ type heldLease struct {
 	generation uint64
 	renewals   uint64
 	lost       bool
+
+	// On a cluster (zklease.go): the fence node and its version at the
+	// takeover, and the server the target's loads and reads go through
+	// ("" until one caught up with the target).
+	fencePath    string
+	fenceVersion int32
+	server       string
 }
 
 // fenceValue is what the fence view of a lease says, as one string.
@@ -94,11 +101,11 @@ func (s *Sink) AcquireLease(ctx context.Context, table, holder string, ttl time.
 	if !chsql.ValidIdent(table) {
 		return fmt.Errorf("clickhouse: lease of %q: %w", table, sinks.ErrUnknownTable)
 	}
-	if s.zk != nil {
-		return errClusterCDC(table)
-	}
 	if err := s.ensureSystem(ctx); err != nil {
 		return err
+	}
+	if s.zk != nil {
+		return s.acquireZK(ctx, table, holder, ttl)
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	s.mu.Lock()
@@ -194,6 +201,9 @@ func (s *Sink) ReleaseLease(ctx context.Context, table, holder string) error {
 	}
 	if err := s.ensureSystem(ctx); err != nil {
 		return err
+	}
+	if s.zk != nil {
+		return s.releaseZK(table, holder)
 	}
 	s.mu.Lock()
 	mine, held := s.leases[table]

@@ -92,6 +92,9 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 	}
 	s.maybeMaintain(ctx)
 	l := &load{s: s, meta: meta, enc: encodeID(meta.LoadID), stages: map[string]string{}, unsure: map[string]bool{}, cdc: map[string]*loadCDC{}}
+	if s.parent != nil {
+		l.leases = s.parent.heldLeases()
+	}
 	s.mu.Lock()
 	if len(s.leases) > 0 {
 		l.leases = maps.Clone(s.leases)
@@ -110,7 +113,7 @@ func (s *Sink) Begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, erro
 	if s.zk != nil {
 		// The node first: a marker without one is of a load that can never
 		// commit, which recovery removes at once.
-		found, err := s.zk.createLoad(l.enc, zkLoad{State: zkOpen, Owner: l.zkOwner, Server: s.server, Pipeline: meta.Pipeline, Flow: meta.Flow})
+		found, err := s.zk.createLoad(l.enc, zkLoad{State: zkOpen, Owner: l.zkOwner, Server: s.server, Pipeline: meta.Pipeline, Flow: meta.Flow, Targets: meta.Targets})
 		if err != nil || found {
 			s.done(l)
 			if found {

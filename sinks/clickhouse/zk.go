@@ -108,6 +108,7 @@ type zkLoad struct {
 	Server   string     `json:"server"`
 	Pipeline string     `json:"pipeline"`
 	Flow     string     `json:"flow"`
+	Targets  []string   `json:"targets,omitempty"`
 	Row      *ledgerRow `json:"row,omitempty"` // when committed: the ledger row, inserted from here
 }
 

@@ -142,7 +142,7 @@ func (s *Sink) commitZK(ctx context.Context, l *load, c sinks.Commit) error {
 	}
 	row := l.ledgerRow(c, at)
 	next := advanceHeads(prev, c, at)
-	data, err := json.Marshal(zkLoad{State: zkCommitted, Owner: l.zkOwner, Server: s.server, Pipeline: pipeline, Flow: flow, Row: &row})
+	data, err := json.Marshal(zkLoad{State: zkCommitted, Owner: l.zkOwner, Server: s.server, Pipeline: pipeline, Flow: flow, Targets: l.meta.Targets, Row: &row})
 	if err != nil {
 		return fail(err)
 	}
@@ -171,8 +171,17 @@ func (s *Sink) commitZK(ctx context.Context, l *load, c sinks.Commit) error {
 			ops = append(ops, zkOp{&zk.CheckVersionRequest{Path: s.zk.headPath(pipeline, flow, sl), Version: v}, multiStale})
 		}
 	}
-	if len(l.cdc) > 0 {
-		return fail(errClusterCDC(sortedKeys(l.cdc)[0]))
+	for _, table := range sortedKeys(l.cdc) {
+		// Without a lease (a library's own writer) nothing fences, as on one
+		// server.
+		h, ok := l.leases[table]
+		if !ok || h.fencePath == "" {
+			continue
+		}
+		if h.server != s.server {
+			return fail(chsql.Transient("clickhouse: commit load %s: the lease of %s goes through server %q, not %s; retry", l.meta.LoadID, table, h.server, s.server))
+		}
+		ops = append(ops, zkOp{&zk.CheckVersionRequest{Path: h.fencePath, Version: h.fenceVersion}, multiLease})
 	}
 	l.zkRow = &row
 	outcome, err := s.zk.multi(ops)
@@ -260,14 +269,6 @@ func (s *Sink) zkCommitted(ctx context.Context, ids map[string]string, committed
 		committed[id] = time.UnixMicro(rec.Row.AtUS).UTC()
 	}
 	return nil
-}
-
-// errClusterCDC refuses a CDC target on a cluster: its single writer's
-// lease and the state it reads back are per server so far, which on
-// replicas would let two writers in and read state a replica has not
-// fetched yet.
-func errClusterCDC(table string) error {
-	return fmt.Errorf("clickhouse: %s is a CDC target, and CDC targets are not written on a cluster (destination.clickhouse.cluster) yet, only append targets: write it to a single-server destination", table)
 }
 
 // dropZKLoad deletes a finished load's node on a cluster: after its

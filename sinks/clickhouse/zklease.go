@@ -1,0 +1,341 @@
+package clickhouse
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
+)
+
+// Leases of CDC targets on a cluster live in ZooKeeper, under the sink's
+// root:
+//
+//	leases/<target>        holder, generation and expiry (the holder's clock, ms)
+//	leases/<target>/fence  changed at every takeover, never by a renewal
+//
+// A takeover sets both nodes in one multi from the versions it read; every
+// commit of a CDC target checks the fence's version it took the lease at,
+// so that once a takeover returned, the previous holder commits nothing
+// more, however long it was paused. The new holder then waits until the
+// server its loads go through holds every committed load of the target
+// (catchUp) before it reads state or writes: the previous holder may have
+// published through another replica.
+
+type zkLease struct {
+	Holder     string `json:"holder"`
+	Generation uint64 `json:"generation"`
+	ExpiresMS  int64  `json:"expires_ms"`
+}
+
+func (c *coord) leasePath(table string) string { return c.root + "/leases/" + encodeID(table) }
+
+// acquireZK takes or renews a lease on a cluster (AcquireLease).
+func (s *Sink) acquireZK(ctx context.Context, table, holder string, ttl time.Duration) error {
+	s.mu.Lock()
+	mine, held := s.leases[table]
+	s.mu.Unlock()
+	if held && mine.holder != holder && !mine.lost {
+		return fmt.Errorf("clickhouse: lease of %s is held by %s in this process: %w", table, mine.holder, sinks.ErrLeaseHeld)
+	}
+	h, took, err := s.zk.takeLease(table, holder, ttl, mine, held && mine.holder == holder && !mine.lost)
+	if err != nil {
+		if errors.Is(err, sinks.ErrLeaseLost) {
+			s.mu.Lock()
+			if cur, ok := s.leases[table]; ok && cur.generation == mine.generation {
+				cur.lost = true
+				s.leases[table] = cur
+			}
+			s.mu.Unlock()
+		}
+		return err
+	}
+	if !took {
+		h.server = mine.server
+	}
+	s.mu.Lock()
+	s.leases[table] = h
+	s.mu.Unlock()
+	if took {
+		s.log.Info("lease taken", "table", table, "holder", holder, "ttl", ttl, "generation", h.generation)
+	}
+	if h.server != "" {
+		return nil
+	}
+	// Taken over, or its server stopped answering: find a server that holds
+	// every committed load of the target before anything reads or writes it.
+	ss, err := s.srv.current(ctx)
+	if err != nil {
+		return err
+	}
+	if err := ss.catchUp(ctx, table); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if cur, ok := s.leases[table]; ok && cur.generation == h.generation && cur.holder == holder {
+		cur.server = ss.server
+		s.leases[table] = cur
+	}
+	s.mu.Unlock()
+	s.log.Info("lease's loads go through server", "table", table, "server", ss.server)
+	return nil
+}
+
+// takeLease is the ZooKeeper part of acquireZK: renew is set when the
+// caller holds the lease as mine.
+func (c *coord) takeLease(table, holder string, ttl time.Duration, mine heldLease, renew bool) (heldLease, bool, error) {
+	lp := c.leasePath(table)
+	fp := lp + "/fence"
+	for range 10 {
+		if err := c.ensure(c.root + "/leases"); err != nil {
+			return heldLease{}, false, zkErr("create leases folder", err)
+		}
+		n, err := c.get(lp)
+		if err != nil {
+			return heldLease{}, false, err
+		}
+		var cur zkLease
+		if n.found {
+			if err := json.Unmarshal(n.data, &cur); err != nil {
+				return heldLease{}, false, fmt.Errorf("clickhouse: zookeeper lease of %s: %w", table, err)
+			}
+		}
+		now := time.Now()
+		next := zkLease{Holder: holder, Generation: cur.Generation + 1, ExpiresMS: now.Add(ttl).UnixMilli()}
+		if renew {
+			if !n.found || cur.Generation != mine.generation || cur.Holder != holder {
+				return heldLease{}, false, fmt.Errorf("clickhouse: lease of %s (generation %d) was taken over: %w", table, mine.generation, sinks.ErrLeaseLost)
+			}
+			next.Generation = cur.Generation
+			data, _ := json.Marshal(next)
+			if _, err := c.conn.Set(lp, data, n.version); errors.Is(err, zk.ErrBadVersion) {
+				continue
+			} else if err != nil {
+				return heldLease{}, false, zkErr("renew lease", err)
+			}
+			mine.renewals++
+			return mine, false, nil
+		}
+		if n.found && cur.Holder != "" && cur.Holder != holder && cur.ExpiresMS > now.UnixMilli() {
+			left := time.Duration(cur.ExpiresMS-now.UnixMilli()) * time.Millisecond
+			return heldLease{}, false, fmt.Errorf("clickhouse: lease of %s is held by %s for %s more: %w", table, cur.Holder, left.Round(time.Millisecond), sinks.ErrLeaseHeld)
+		}
+		data, _ := json.Marshal(next)
+		if !n.found {
+			if _, err := c.conn.Create(lp, data, 0, zk.WorldACL(zk.PermAll)); errors.Is(err, zk.ErrNodeExists) {
+				continue
+			} else if err != nil {
+				return heldLease{}, false, zkErr("create lease", err)
+			}
+			if err := c.ensure(fp); err != nil {
+				return heldLease{}, false, zkErr("create lease fence", err)
+			}
+			// The lease node's creation is the takeover; the fence moves on
+			// from whatever version it has, below.
+			if n, err = c.get(lp); err != nil {
+				return heldLease{}, false, err
+			}
+		}
+		f, err := c.get(fp)
+		if err != nil {
+			return heldLease{}, false, err
+		}
+		if !f.found {
+			if err := c.ensure(fp); err != nil {
+				return heldLease{}, false, zkErr("create lease fence", err)
+			}
+			continue
+		}
+		gen := fmt.Appendf(nil, "%d", next.Generation)
+		out, err := c.multi([]zkOp{
+			{&zk.SetDataRequest{Path: lp, Data: data, Version: n.version}, multiStale},
+			{&zk.SetDataRequest{Path: fp, Data: gen, Version: f.version}, multiStale},
+		})
+		if out == multiStale {
+			continue // another process moved first: look again
+		}
+		if err != nil {
+			return heldLease{}, false, err
+		}
+		return heldLease{holder: holder, generation: next.Generation, fencePath: fp, fenceVersion: f.version + 1}, true, nil
+	}
+	return heldLease{}, false, chsql.Transient("clickhouse: lease of %s: contended; retry", table)
+}
+
+// releaseZK gives a lease on a cluster up (ReleaseLease).
+func (s *Sink) releaseZK(table, holder string) error {
+	s.mu.Lock()
+	mine, held := s.leases[table]
+	s.mu.Unlock()
+	if !held || mine.holder != holder {
+		return nil
+	}
+	if !mine.lost {
+		lp := s.zk.leasePath(table)
+		for range 10 {
+			n, err := s.zk.get(lp)
+			if err != nil {
+				return err
+			}
+			var cur zkLease
+			if n.found {
+				if err := json.Unmarshal(n.data, &cur); err != nil {
+					return fmt.Errorf("clickhouse: zookeeper lease of %s: %w", table, err)
+				}
+			}
+			if !n.found || cur.Holder != holder || cur.Generation != mine.generation {
+				break // taken over meanwhile
+			}
+			data, _ := json.Marshal(zkLease{Generation: cur.Generation})
+			if _, err := s.zk.conn.Set(lp, data, n.version); errors.Is(err, zk.ErrBadVersion) {
+				continue
+			} else if err != nil {
+				return zkErr("release lease", err)
+			}
+			s.log.Info("lease released", "table", table, "holder", holder)
+			break
+		}
+	}
+	s.mu.Lock()
+	if cur, ok := s.leases[table]; ok && cur.holder == holder && cur.generation == mine.generation {
+		delete(s.leases, table)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// catchUp makes this server's sink ready to write a CDC target whose lease
+// its parent just took: the committed loads of the target that its
+// previous holders left unpublished are published (those staged here) or
+// waited for (staged elsewhere), and this server has fetched every part
+// the other replicas published. Until then a retryable error says what it
+// waits for.
+func (s *Sink) catchUp(ctx context.Context, table string) error {
+	s.mu.Lock()
+	delete(s.settled, table)
+	delete(s.floors, table)
+	s.mu.Unlock()
+	if _, err := s.cdcInfo(ctx, table); err != nil {
+		if errors.Is(err, sinks.ErrUnknownTable) {
+			return nil // not created yet: nothing to catch up with
+		}
+		return err
+	}
+	if err := s.settle(ctx, table); err != nil {
+		return err
+	}
+	names, _, err := s.zk.conn.Children(s.zk.root + "/loads")
+	if err != nil {
+		return zkErr("list loads", err)
+	}
+	slices.Sort(names)
+	for _, enc := range names {
+		rec, n, err := s.zk.readLoad(enc)
+		if err != nil {
+			return err
+		}
+		if n.found && rec.State == zkCommitted && slices.Contains(rec.Targets, table) {
+			return chsql.Transient("clickhouse: take over %s: its committed load %s is not published yet (staged on %s); waiting for that server's recovery", table, enc, rec.Server)
+		}
+	}
+	return s.replicated(ctx, physName(table), cdcStateTable)
+}
+
+// replicated returns a retryable error until this server's replicas of
+// the tables have copied every entry of their replication log and fetched
+// every part it names (merges may be pending: they change no content).
+func (s *Sink) replicated(ctx context.Context, tables ...string) error {
+	args := []any{s.opts.Database}
+	for _, t := range tables {
+		args = append(args, t)
+	}
+	rows, err := s.conn.Query(ctx, "SELECT table, log_pointer, log_max_index, is_readonly FROM system.replicas WHERE database = ? AND table IN ("+
+		chsql.Placeholders(len(tables))+")", args...)
+	if err != nil {
+		return fmt.Errorf("clickhouse: read replication of %v: %w", tables, err)
+	}
+	var behind []string
+	for rows.Next() {
+		var t string
+		var ptr, top uint64
+		var ro uint8
+		if err := rows.Scan(&t, &ptr, &top, &ro); err != nil {
+			rows.Close()
+			return fmt.Errorf("clickhouse: read replication of %v: %w", tables, err)
+		}
+		if ro != 0 || ptr <= top && top > 0 {
+			behind = append(behind, fmt.Sprintf("%s (log %d of %d, read-only %d)", t, ptr, top+1, ro))
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: read replication of %v: %w", tables, err)
+	}
+	n, err := s.queryUint(ctx, "SELECT count() FROM system.replication_queue WHERE database = ? AND table IN ("+chsql.Placeholders(len(tables))+
+		") AND type NOT IN ('MERGE_PARTS', 'MUTATE_PART')", args...)
+	if err != nil {
+		return fmt.Errorf("clickhouse: read replication queue of %v: %w", tables, err)
+	}
+	if n > 0 {
+		behind = append(behind, fmt.Sprintf("%d parts to fetch", n))
+	}
+	if len(behind) > 0 {
+		return chsql.Transient("clickhouse: server %s has not replicated everything of %s yet: %s; waiting", s.server, strings.Join(tables, ", "), strings.Join(behind, "; "))
+	}
+	return nil
+}
+
+// heldLeases returns the leases this sink holds.
+func (s *Sink) heldLeases() map[string]heldLease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.leases) == 0 {
+		return nil
+	}
+	return maps.Clone(s.leases)
+}
+
+// heldLease returns the lease of a table this sink holds.
+func (s *Sink) heldLease(table string) (heldLease, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.leases[table]
+	return h, ok && !h.lost
+}
+
+// forgetLeaseServer drops the server of a lease that stopped answering: the
+// next renewal catches another one up.
+func (s *Sink) forgetLeaseServer(table, server string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.leases[table]; ok && h.server == server {
+		h.server = ""
+		s.leases[table] = h
+	}
+}
+
+// cdcServer returns the sink of the server a held lease's target is read
+// and written through on a cluster; nil elsewhere, or when no lease of
+// the table is held (reads then go to whichever server answers).
+func (s *Sink) cdcServer(ctx context.Context, table string) *Sink {
+	if s.srv == nil {
+		return nil
+	}
+	h, ok := s.heldLease(table)
+	if !ok || h.server == "" {
+		return nil
+	}
+	ss, err := s.srv.get(ctx, h.server)
+	if err != nil {
+		return nil
+	}
+	return ss
+}
