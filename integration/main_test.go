@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/consumer/devkafka"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 )
 
 // binary is the sluice binary built once for the package's tests.
@@ -35,6 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	chtest.StopSharedCluster()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -191,6 +191,9 @@ func (v *servers) connectLater(every time.Duration) {
 					}
 				}
 			}
+			if err := v.parent.sweepLoads(ctx); err != nil && ctx.Err() == nil {
+				v.parent.log.Warn("zookeeper load nodes not swept; retried later", "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -198,6 +201,42 @@ func (v *servers) connectLater(every time.Duration) {
 			}
 		}
 	}()
+}
+
+// sweepLoads removes the open load nodes of processes that stopped before
+// they created anything on a server (a Begin cut short): every other open
+// node has a marker on its server, whose maintenance fences it.
+func (s *Sink) sweepLoads(ctx context.Context) error {
+	if !s.isReady() {
+		return nil
+	}
+	names, _, err := s.zk.conn.Children(s.zk.root + "/loads")
+	if err != nil {
+		return zkErr("list loads", err)
+	}
+	var alive map[string]bool
+	for _, enc := range names {
+		rec, n, err := s.zk.readLoad(enc)
+		if err != nil {
+			return err
+		}
+		if !n.found || rec.State != zkOpen || time.Since(time.UnixMilli(n.ctime)) < s.graceTime() {
+			continue
+		}
+		if alive == nil {
+			if alive, err = s.aliveOwners(ctx); err != nil {
+				return err
+			}
+		}
+		if rec.Owner != "" && alive[rec.Owner] {
+			continue
+		}
+		if _, err := s.zk.fenceLoad(enc); err != nil {
+			return err
+		}
+		s.log.Info("load node of a stopped process removed", "load", enc, "server", rec.Server)
+	}
+	return nil
 }
 
 func (v *servers) close() error {
@@ -260,3 +299,10 @@ func (s *Sink) clusterOpen(ctx context.Context) error {
 
 // describeServers is for errors and logs.
 func (v *servers) String() string { return fmt.Sprint(v.addrs) }
+
+// isReady reports whether sluice's tables were set up by this sink.
+func (s *Sink) isReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.systemReady
+}

@@ -132,6 +132,7 @@ type zkHead struct {
 type zkNode struct {
 	data    []byte
 	version int32
+	ctime   int64 // creation, ms since the epoch by ZooKeeper's clock
 	found   bool
 }
 
@@ -143,7 +144,7 @@ func (c *coord) get(p string) (zkNode, error) {
 	if err != nil {
 		return zkNode{}, zkErr("read "+p, err)
 	}
-	return zkNode{data: data, version: st.Version, found: true}, nil
+	return zkNode{data: data, version: st.Version, ctime: st.Ctime, found: true}, nil
 }
 
 // readLoad reads a load node.
