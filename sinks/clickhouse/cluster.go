@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -24,9 +25,10 @@ type servers struct {
 	parent *Sink
 	addrs  []string
 
-	mu   sync.Mutex
-	open map[string]*Sink
-	cur  int // index in addrs of the server loads go to
+	mu     sync.Mutex
+	open   map[string]*Sink
+	cur    int    // index in addrs of the server loads go to
+	shards uint32 // of the cluster, once a server said
 
 	stop func()
 	done chan struct{}
@@ -52,6 +54,12 @@ func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
 		return nil, err
 	}
 	ss.zk, ss.server, ss.parent = p.zk, addr, p
+	shard, shards, err := ss.shardOf(ctx)
+	if err != nil {
+		ss.Close()
+		return nil, err
+	}
+	ss.shard = shard
 	if err := ss.ensureSystem(ctx); err != nil {
 		ss.Close()
 		return nil, err
@@ -63,8 +71,77 @@ func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
 		return have, nil
 	}
 	v.open[addr] = ss
+	v.shards = max(v.shards, shards)
 	ss.startCleanup(opts.CleanupEvery)
 	return ss, nil
+}
+
+// shardOf reads which shard of the cluster the sink's server is, and how
+// many the cluster has (system.clusters).
+func (s *Sink) shardOf(ctx context.Context) (shard, shards uint32, err error) {
+	rows, err := s.conn.Query(ctx, "SELECT shard_num, is_local FROM system.clusters WHERE cluster = ?", s.opts.Cluster)
+	if err != nil {
+		return 0, 0, fmt.Errorf("clickhouse: read cluster %s: %w", s.opts.Cluster, err)
+	}
+	defer rows.Close()
+	seen := map[uint32]bool{}
+	for rows.Next() {
+		var n uint32
+		var local uint8
+		if err := rows.Scan(&n, &local); err != nil {
+			return 0, 0, fmt.Errorf("clickhouse: read cluster %s: %w", s.opts.Cluster, err)
+		}
+		seen[n] = true
+		if local != 0 {
+			shard = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("clickhouse: read cluster %s: %w", s.opts.Cluster, err)
+	}
+	if len(seen) == 0 {
+		return 0, 0, fmt.Errorf("clickhouse: server %s has no cluster %s in its remote_servers: name a cluster it lists (SELECT cluster FROM system.clusters)", s.server, s.opts.Cluster)
+	}
+	if shard == 0 {
+		return 0, 0, fmt.Errorf("clickhouse: server %s is not one of cluster %s's servers (none is local in system.clusters): list only the cluster's servers in addr", s.server, s.opts.Cluster)
+	}
+	return shard, uint32(len(seen)), nil
+}
+
+// shardFor is the shard a load goes to on a cluster of several: by its
+// first slot, so that a Kafka partition or a file goes to one shard, else
+// by its id.
+func shardFor(meta sinks.LoadMeta, shards uint32) uint32 {
+	key := meta.LoadID
+	if len(meta.Slots) > 0 {
+		key = meta.Slots[0]
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return 1 + h.Sum32()%shards
+}
+
+// onShard returns the sink of the first server of addr (from the current
+// one) on the shard that answers.
+func (v *servers) onShard(ctx context.Context, shard uint32) (*Sink, error) {
+	v.mu.Lock()
+	first := v.cur
+	v.mu.Unlock()
+	var last error
+	for k := range v.addrs {
+		ss, err := v.get(ctx, v.addrs[(first+k)%len(v.addrs)])
+		if err != nil {
+			last = err
+			continue
+		}
+		if ss.shard == shard {
+			return ss, nil
+		}
+	}
+	if last == nil {
+		return nil, fmt.Errorf("clickhouse: no server of shard %d of cluster %s in addr %v: list at least one replica of each shard", shard, v.parent.opts.Cluster, v.addrs)
+	}
+	return nil, chsql.Transient("clickhouse: no server of shard %d answers: %w", shard, last)
 }
 
 // current returns the sink of the server loads go to.
@@ -109,7 +186,20 @@ func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, e
 			break
 		}
 	}
-	ss, err := v.get(ctx, addr)
+	v.mu.Lock()
+	shards := v.shards
+	v.mu.Unlock()
+	var ss *Sink
+	var err error
+	if shards > 1 && leased == "" {
+		ss, err = v.onShard(ctx, shardFor(meta, shards))
+		if err != nil {
+			return nil, err
+		}
+		addr = ss.server
+	} else {
+		ss, err = v.get(ctx, addr)
+	}
 	if err == nil {
 		var l sinks.Load
 		if l, err = ss.Begin(ctx, meta); err == nil {

@@ -69,10 +69,9 @@ type loadObjects struct {
 // dropped. Callers hold s.mntMu.
 func (s *Sink) maintain(ctx context.Context, force bool) error {
 	if s.srv != nil {
-		// What loads left is on their servers: a forced run (Recover, a
-		// reset) needs every server, since a committed load left on one
-		// that is down would be published later.
-		return s.srv.each(ctx, force, func(ss *Sink) error {
+		// What loads left is on their servers; one that is down keeps
+		// its loads until it is back (a reset needs them all: maintainAll).
+		return s.srv.each(ctx, false, func(ss *Sink) error {
 			ss.mntMu.Lock()
 			defer ss.mntMu.Unlock()
 			return ss.maintain(ctx, force)

@@ -94,7 +94,19 @@ func (s *Sink) Reset(ctx context.Context, tables, flows []string) error {
 	s.mu.Lock()
 	s.lastMnt = time.Now()
 	s.mu.Unlock()
-	if err := s.maintain(ctx, true); err != nil {
+	maintain := s.maintain
+	if s.srv != nil {
+		// Every server: a committed load left on one that is down would be
+		// published into the emptied tables when it is back.
+		maintain = func(ctx context.Context, force bool) error {
+			return s.srv.each(ctx, true, func(ss *Sink) error {
+				ss.mntMu.Lock()
+				defer ss.mntMu.Unlock()
+				return ss.maintain(ctx, force)
+			})
+		}
+	}
+	if err := maintain(ctx, true); err != nil {
 		return fmt.Errorf("clickhouse: reset: %w", err)
 	}
 	at, err := s.resetAt(ctx, flows)

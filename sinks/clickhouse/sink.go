@@ -81,6 +81,7 @@ type Sink struct {
 	zk     *coord
 	srv    *servers
 	server string
+	shard  uint32 // of server, in the cluster (1-based)
 	parent *Sink
 }
 
