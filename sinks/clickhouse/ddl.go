@@ -77,8 +77,50 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("clickhouse: %w", err)
 	}
+	stmts := s.systemDDL()
+	var had uint64
+	err = retrySystem(ctx, func() error {
+		var err error
+		had, err = s.queryUint(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, headsTable)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("clickhouse: look for %s: %w", headsTable, err)
+	}
+	for _, st := range stmts {
+		if err := s.exec(ctx, st.what, st.sql); err != nil {
+			return err
+		}
+	}
+	if had == 0 {
+		// A ledger from before the heads: write them from it, once.
+		if n, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(batch.LoadsTable)); err != nil {
+			return err
+		} else if n > 0 {
+			if err := s.backfillHeads(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	for _, col := range []string{replacedColumn, schemaHashColumn} {
+		if err := s.ensureLedgerColumn(ctx, col); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.systemReady = true
+	s.dropSync = chsql.DropSuffix(engine)
+	s.mu.Unlock()
+	return nil
+}
+
+// ddlStmt is a statement creating a table, with what it does for errors.
+type ddlStmt struct{ what, sql string }
+
+// systemDDL returns the statements creating sluice's own tables, in order.
+func (s *Sink) systemDDL() []ddlStmt {
 	ts := chType(batch.Timestamp, false, s.feat)
-	stmts := []struct{ what, sql string }{
+	return []ddlStmt{
 		{"create " + batch.LoadsTable, "CREATE TABLE IF NOT EXISTS " + s.table(batch.LoadsTable) + ` (
 	load_id String, pipeline String, flow String, targets String, positions String,
 	rows Int64, dead_letters Int64, generation Int64, committed_at ` + ts + `,
@@ -108,45 +150,11 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 		{"create " + leasesTable, "CREATE TABLE IF NOT EXISTS " + s.table(leasesTable) + ` (
 	target String, holder String, expires DateTime('UTC'), version UInt64
 ) ENGINE = ReplacingMergeTree(version) ORDER BY target`},
-	}
-	var had uint64
-	err = retrySystem(ctx, func() error {
-		var err error
-		had, err = s.queryUint(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, headsTable)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("clickhouse: look for %s: %w", headsTable, err)
-	}
-	stmts = append(stmts, struct{ what, sql string }{"create " + headsTable, "CREATE TABLE IF NOT EXISTS " + s.table(headsTable) + ` (
+		{"create " + headsTable, "CREATE TABLE IF NOT EXISTS " + s.table(headsTable) + ` (
 	pipeline String, flow String, slot String, position String,
 	loads Int64, rows Int64, dead_letters Int64, version UInt64, load_id String
-) ENGINE = ReplacingMergeTree(version) ORDER BY (pipeline, flow, slot)`})
-	for _, st := range stmts {
-		if err := s.exec(ctx, st.what, st.sql); err != nil {
-			return err
-		}
+) ENGINE = ReplacingMergeTree(version) ORDER BY (pipeline, flow, slot)`},
 	}
-	if had == 0 {
-		// A ledger from before the heads: write them from it, once.
-		if n, err := s.queryUint(ctx, "SELECT count() FROM "+s.table(batch.LoadsTable)); err != nil {
-			return err
-		} else if n > 0 {
-			if err := s.backfillHeads(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	for _, col := range []string{replacedColumn, schemaHashColumn} {
-		if err := s.ensureLedgerColumn(ctx, col); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	s.systemReady = true
-	s.dropSync = chsql.DropSuffix(engine)
-	s.mu.Unlock()
-	return nil
 }
 
 // createSQL renders CREATE TABLE IF NOT EXISTS for a table of sluice's
