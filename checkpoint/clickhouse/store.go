@@ -75,7 +75,7 @@ func Open(ctx context.Context, conn Conn, opts Options) (*Store, error) {
 	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+chsql.Quote(s.db)); err != nil {
 		return nil, err
 	}
-	if err := s.exec(ctx, "create "+Table, chsql.StateDDL(s.db)); err != nil {
+	if err := s.exec(ctx, "create "+Table, chsql.StateDDL(s.db, chsql.Cluster{})); err != nil {
 		return nil, err
 	}
 	engine, err := chsql.DatabaseEngine(ctx, s.conn, s.db)

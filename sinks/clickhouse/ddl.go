@@ -135,7 +135,7 @@ func (s *Sink) systemDDL() []ddlStmt {
 			[]string{"pipeline", "flow", "at"}, "toYYYYMM(at)")},
 		{"create " + batch.VersionTable, s.createSQL(batch.VersionTable, batch.VersionSchema.Columns,
 			[]string{"pipeline", "version"}, "")},
-		{"create " + stateTable, chsql.StateDDL(s.opts.Database)},
+		{"create " + stateTable, chsql.StateDDL(s.opts.Database, chsql.Cluster{})},
 		{"create " + heartbeatsTable, "CREATE TABLE IF NOT EXISTS " + s.table(heartbeatsTable) + ` (
 	pipeline String, id String, kind String, host String, pid Int64,
 	beat_at DateTime('UTC'), expires DateTime('UTC'), ended UInt8, version UInt64
