@@ -23,12 +23,19 @@ var goldenTarget = sinks.Table{Name: "t", Schema: batch.Schema{Columns: []batch.
 	{Name: "tags", Type: batch.ArrayOf(batch.Timestamp)},
 }}, OrderBy: []string{"id"}, PartitionBy: []string{"day"}}
 
+// clusterOpts are Options of a cluster, with the defaults.
+var clusterOpts = func() Options {
+	o := Options{Database: "db", Cluster: "c", ZooKeeper: []string{"zk:2181"}}
+	o.withDefaults()
+	return o
+}()
+
 // ddlText renders the statements the sink creates its tables with: its own
 // tables, an append target, the physical tables and views of CDC targets.
 func ddlText(s *Sink) string {
 	var b strings.Builder
 	for _, st := range s.systemDDL() {
-		b.WriteString("-- " + st.what + "\n" + st.sql + ";\n\n")
+		b.WriteString("-- create " + st.table + "\n" + st.sql + ";\n\n")
 	}
 	b.WriteString("-- create table t\n" + s.createSQL(goldenTarget.Name, goldenTarget.Schema.Columns, goldenTarget.OrderBy, keyExpr(goldenTarget.PartitionBy)) + ";\n\n")
 	for _, ct := range []sinks.Table{custTable, histTable} {
@@ -40,7 +47,8 @@ func ddlText(s *Sink) string {
 }
 
 // TestDDLGolden: the statements creating tables, on 18.16 and on a current
-// server, as testdata/ddl_*.sql holds them (refresh with -update).
+// server, on one server and on a cluster, as testdata/ddl_*.sql holds them
+// (refresh with -update).
 func TestDDLGolden(t *testing.T) {
 	tests := []struct {
 		file string
@@ -48,6 +56,8 @@ func TestDDLGolden(t *testing.T) {
 	}{
 		{"ddl_18.16.sql", &Sink{opts: Options{Database: "db"}, feat: featuresOf(18, 16)}},
 		{"ddl_24.8.sql", &Sink{opts: Options{Database: "db"}, feat: featuresOf(24, 8)}},
+		{"ddl_cluster_18.16.sql", &Sink{opts: clusterOpts, feat: featuresOf(18, 16)}},
+		{"ddl_cluster_24.8.sql", &Sink{opts: clusterOpts, feat: featuresOf(24, 8)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -238,5 +239,25 @@ func TestValidateTable(t *testing.T) {
 				t.Fatalf("validateTable: %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestComments: the comments a table on a cluster keeps in its alias
+// column read back as system.columns shows them.
+func TestComments(t *testing.T) {
+	pairs := commentPairs(map[string]string{"b": bytesComment, keyColumn: keysComment + "a,b", "gone": "", "z": timestampComment}, []string{"a", "b"})
+	if want := []string{"b=sluice:bytes", "_sluice_key=sluice:keys=a,b", "z=sluice:timestamp_us"}; !slices.Equal(pairs, want) {
+		t.Fatalf("commentPairs = %q, want %q", pairs, want)
+	}
+	def := commentsDef(pairs)
+	if want := "`_sluice_comments` String ALIAS 'b=sluice:bytes;_sluice_key=sluice:keys=a,b;z=sluice:timestamp_us'"; def != want {
+		t.Fatalf("commentsDef = %s, want %s", def, want)
+	}
+	got := parseComments("'b=sluice:bytes;_sluice_key=sluice:keys=a,b;z=sluice:timestamp_us'")
+	if len(got) != 3 || got["b"] != bytesComment || got[keyColumn] != keysComment+"a,b" || got["z"] != timestampComment {
+		t.Fatalf("parseComments = %q", got)
+	}
+	if got := parseComments(""); len(got) != 0 {
+		t.Fatalf("parseComments of nothing = %q", got)
 	}
 }
