@@ -216,7 +216,7 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 			return fmt.Errorf("clickhouse: table %s: missing right after CREATE TABLE", phys)
 		}
 	}
-	add, err := reconcileCDC(t, info)
+	add, err := reconcileCDC(t, info, s.opts.Cluster != "")
 	if err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func (s *Sink) ensureView(ctx context.Context, name string, phys, front *tableIn
 
 // reconcileCDC compares a CDC target's spec with its physical table and
 // returns the nullable columns to add, or every difference it cannot apply.
-func reconcileCDC(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
+func reconcileCDC(t sinks.Table, info *tableInfo, cluster bool) ([]batch.Column, error) {
 	var problems []string
 	if !strings.HasPrefix(strings.TrimPrefix(info.engine, "Replicated"), "ReplacingMergeTree") {
 		problems = append(problems, fmt.Sprintf("its physical table %s has the engine %s, not ReplacingMergeTree: sluice did not create it; drop it, or give the target another name", info.name, info.engine))
@@ -273,6 +273,7 @@ func reconcileCDC(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	}
 	ours := len(problems) == 0
 	if ours {
+		problems = append(problems, modeProblem("its physical table "+info.name, info.engine, cluster)...)
 		if kind := physKind(info); kind != t.Kind {
 			problems = append(problems, fmt.Sprintf("the table is stored as %s but the spec says %s: the SCD type of a target cannot change in place; restore stored_as_scd_type, or write a new table (a full refresh into another name)", kindName(kind), kindName(t.Kind)))
 		}

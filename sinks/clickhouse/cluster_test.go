@@ -295,6 +295,31 @@ func TestClusterTargets(t *testing.T) {
 	})
 }
 
+// TestClusterRefusals: a target of one server is refused on a cluster, and
+// sluice's replicated tables without one, each naming the remedy.
+func TestClusterRefusals(t *testing.T) {
+	s, replicas, cl := clusterSink(t)
+	ctx := context.Background()
+	db := s.opts.Database
+	if err := s.Ensure(ctx, nil); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if err := replicas[0].Exec(ctx, "CREATE TABLE "+s.table("local")+" (id Int64, `_sluice_load_id` String) ENGINE = MergeTree ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	local := sinks.Table{Name: "local", Schema: batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64}}}}
+	err := s.Ensure(ctx, []sinks.Table{local})
+	if err == nil || !strings.Contains(err.Error(), "table local does not match the spec") ||
+		!strings.Contains(err.Error(), "MergeTree, on this server alone, while destination.clickhouse.cluster is set") {
+		t.Fatalf("Ensure of a one-server target on a cluster: %v", err)
+	}
+	one := openSink(t, cl.Addrs[0], db, func(o *Options) { o.Pipeline = "p" })
+	err = one.Ensure(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "holds replicated tables of sluice") || !strings.Contains(err.Error(), "set destination.clickhouse.cluster") {
+		t.Fatalf("Ensure without a cluster on a cluster's database: %v", err)
+	}
+}
+
 // TestClusterOptions: the cluster options that Open refuses, the defaults,
 // and insert_deduplicate = 0 sent with every query on a cluster only.
 func TestClusterOptions(t *testing.T) {

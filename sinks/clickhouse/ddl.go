@@ -105,6 +105,9 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("clickhouse: look for sluice's tables: %w", err)
 	}
+	if err := s.checkOwnEngines(have); err != nil {
+		return err
+	}
 	_, had := have[headsTable]
 	for _, st := range stmts {
 		if _, ok := have[st.table]; ok && s.opts.Cluster != "" {
@@ -191,6 +194,27 @@ func (s *Sink) engines(ctx context.Context, names []string) (map[string]string, 
 		out[name] = engine
 	}
 	return out, rows.Err()
+}
+
+// checkOwnEngines refuses sluice's own tables made for the other mode:
+// replicated ones without a cluster, one server's with a cluster. Their
+// rows (the ledger, the states) cannot move between the two in place.
+func (s *Sink) checkOwnEngines(have map[string]string) error {
+	var wrong []string
+	for _, name := range sortedKeys(have) {
+		if chsql.IsReplicated(have[name]) != (s.opts.Cluster != "") {
+			wrong = append(wrong, name+" ("+have[name]+")")
+		}
+	}
+	if len(wrong) == 0 {
+		return nil
+	}
+	if s.opts.Cluster != "" {
+		return fmt.Errorf("clickhouse: database %s holds sluice's tables of one server, not replicated: %s; with destination.clickhouse.cluster set sluice keeps its state in replicated tables: use a new database for the cluster (sluice creates it ON CLUSTER), or leave cluster unset",
+			s.opts.Database, strings.Join(wrong, ", "))
+	}
+	return fmt.Errorf("clickhouse: database %s holds replicated tables of sluice: %s; set destination.clickhouse.cluster (and zookeeper) to the cluster they are replicated on, or use another database for one server",
+		s.opts.Database, strings.Join(wrong, ", "))
 }
 
 // createdHere checks that an ON CLUSTER statement made the tables on this
@@ -557,7 +581,7 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 			return fmt.Errorf("clickhouse: table %s: missing right after CREATE TABLE", t.Name)
 		}
 	}
-	add, err := reconcile(t, info)
+	add, err := reconcile(t, info, s.opts.Cluster != "")
 	if err != nil {
 		return err
 	}
@@ -624,7 +648,7 @@ func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, ad
 
 // reconcile compares the spec's table with the existing one and returns the
 // nullable columns to add, or every difference it cannot apply safely.
-func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
+func reconcile(t sinks.Table, info *tableInfo, cluster bool) ([]batch.Column, error) {
 	var problems []string
 	if info.engine != "MergeTree" && info.engine != "ReplicatedMergeTree" {
 		what := "the table's engine is " + info.engine + ", not MergeTree: sluice appends into MergeTree tables it creates itself; rename or drop the existing table, or give the target another name"
@@ -637,6 +661,9 @@ func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 		problems = append(problems, fmt.Sprintf("the table has no %s String column, so sluice did not create it: rename or drop it, or give the target another name", batch.LoadIDColumn))
 	}
 	ours := len(problems) == 0
+	if ours {
+		problems = append(problems, modeProblem("the table", info.engine, cluster)...)
+	}
 	add, more := reconcileColumns(t, info)
 	problems = append(problems, more...)
 	if len(t.OrderBy) > 0 && normKey(info.sortingKey) != strings.Join(t.OrderBy, ",") {
@@ -646,6 +673,20 @@ func reconcile(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 		problems = append(problems, fmt.Sprintf("partition_by is %v in the spec but the table is partitioned by (%s): ClickHouse cannot repartition a table in place; restore the spec's partition_by, or create a new table", t.PartitionBy, info.partitionKey))
 	}
 	return add, mismatch(t.Name, problems, ours)
+}
+
+// modeProblem says what is wrong with a table of sluice's whose engine
+// (what, "the table" or its physical table) is replicated without a
+// cluster or not replicated on one: the rows of one server's table are on
+// that server alone, a replicated table's on every replica.
+func modeProblem(what, engine string, cluster bool) []string {
+	switch replicated := chsql.IsReplicated(engine); {
+	case cluster && !replicated:
+		return []string{fmt.Sprintf("%s is %s, on this server alone, while destination.clickhouse.cluster is set: on a cluster sluice writes replicated tables it creates ON CLUSTER; drop the table (or give the target another name) so that sluice creates it replicated, or move its rows into a Replicated%s table on every replica yourself", what, engine, engine)}
+	case !cluster && replicated:
+		return []string{fmt.Sprintf("%s is %s, while destination.clickhouse.cluster is not set: set cluster (and zookeeper) to the cluster it is replicated on, or drop the table (or give the target another name) so that sluice creates it on this server", what, engine)}
+	}
+	return nil
 }
 
 // mismatch is Ensure's refusal of a table that does not match the spec:
