@@ -22,6 +22,12 @@
 // Inserts are as durable as the server makes them (see ClickHouse's
 // fsync_after_insert).
 //
+// On a cluster (Options.Cluster) the database and the table are created ON
+// CLUSTER, the table a ReplicatedReplacingMergeTree, and every insert is
+// sent with insert_deduplicate = 0, since a replicated table drops a block
+// equal to a recent one as a repeat. The write locks stay views on the
+// server connected to.
+//
 // It speaks the native protocol through a small interface that
 // clickhouse-go's driver.Conn satisfies (chsql.Conn), works on ClickHouse
 // 18.16 and later, and must not import the sink or any source: what it

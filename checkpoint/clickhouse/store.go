@@ -37,6 +37,12 @@ type Options struct {
 	// a stopped process and is taken over (a writer holds it for the
 	// milliseconds of one read and one insert). Default 10 s, at least 2 s.
 	LockGrace time.Duration
+	// Cluster, when its Name is set, creates the database and the table ON
+	// CLUSTER, the table replicated (as the sink does, chsql.StateDDL), and
+	// inserts with insert_deduplicate = 0: a replicated table would drop a
+	// row equal to a recent one as a repeat. The write locks stay views on
+	// the server connected to. Zero: one server.
+	Cluster chsql.Cluster
 }
 
 // Store is a checkpoint.Store in the destination's _sluice_state table. It
@@ -49,6 +55,7 @@ type Store struct {
 	lockWait time.Duration
 	grace    time.Duration
 	dropSync string // chsql.DropSuffix of the database
+	cluster  chsql.Cluster
 	closed   atomic.Bool
 }
 
@@ -71,11 +78,11 @@ func Open(ctx context.Context, conn Conn, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{conn: conn, db: opts.Database, log: log, lockWait: opts.LockWait, grace: opts.LockGrace}
-	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+chsql.Quote(s.db)); err != nil {
-		return nil, err
+	if err := opts.Cluster.Validate(); err != nil {
+		return nil, fmt.Errorf("checkpoint: clickhouse: %w", err)
 	}
-	if err := s.exec(ctx, "create "+Table, chsql.StateDDL(s.db)); err != nil {
+	s := &Store{conn: conn, db: opts.Database, log: log, lockWait: opts.LockWait, grace: opts.LockGrace, cluster: opts.Cluster}
+	if err := s.create(ctx); err != nil {
 		return nil, err
 	}
 	engine, err := chsql.DatabaseEngine(ctx, s.conn, s.db)
@@ -84,6 +91,30 @@ func Open(ctx context.Context, conn Conn, opts Options) (*Store, error) {
 	}
 	s.dropSync = chsql.DropSuffix(engine)
 	return s, nil
+}
+
+// create creates the database and the table when missing. On a cluster
+// it looks first: an ON CLUSTER statement waits for every server, and one
+// that is down makes it wait until distributed_ddl_task_timeout (180 s).
+func (s *Store) create(ctx context.Context) error {
+	if s.cluster.Replicated() {
+		rows, err := s.conn.Query(ctx, "SELECT name FROM system.tables WHERE database = ? AND name = ?", s.db, Table)
+		if err != nil {
+			return fmt.Errorf("checkpoint: clickhouse: look for %s: %w", Table, err)
+		}
+		found := rows.Next()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("checkpoint: clickhouse: look for %s: %w", Table, err)
+		}
+		if found {
+			return nil
+		}
+	}
+	if err := s.exec(ctx, "create database", "CREATE DATABASE IF NOT EXISTS "+chsql.Quote(s.db)+s.cluster.OnCluster()); err != nil {
+		return err
+	}
+	return s.exec(ctx, "create "+Table, chsql.StateDDL(s.db, s.cluster))
 }
 
 // Retryable reports whether err, from the Store, is worth retrying later
@@ -291,9 +322,19 @@ func (s *Store) write(ctx context.Context, l *lock, k string, value []byte, rev 
 	q := "INSERT INTO " + s.table(Table) + " (key, value, revision, updated_at) SELECT ?, unhex(?), toUInt64(" +
 		strconv.FormatUint(rev, 10) + "), toDateTime(" + strconv.FormatInt(time.Now().Unix(), 10) + ", 'UTC') FROM " +
 		s.table(l.name) + " WHERE holder = ?"
-	qctx := ctx
+	settings := ch.Settings{}
 	if n := len(q) + len(k) + 2*len(value) + len(l.token); n > maxQuery {
-		qctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"max_query_size": n + 1<<16}))
+		settings["max_query_size"] = n + 1<<16
+	}
+	if s.cluster.Replicated() {
+		// A replicated table drops an insert equal to a recent one as a
+		// repeat and answers success. A key's rows differ by revision, but
+		// what lands must not rest on that.
+		settings["insert_deduplicate"] = 0
+	}
+	qctx := ctx
+	if len(settings) > 0 {
+		qctx = ch.Context(ctx, ch.WithSettings(settings))
 	}
 	l.unsettled = true
 	err := s.conn.Exec(qctx, q, k, hex.EncodeToString(value), l.token)

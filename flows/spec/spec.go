@@ -154,7 +154,23 @@ type ClickHouse struct {
 	ReadTimeout time.Duration     `yaml:"read_timeout"` // zero: the driver's default (5m)
 	Settings    map[string]string `yaml:"settings"`     // server settings sent with every query
 	Compression string            `yaml:"compression"`  // lz4, zstd or none; empty: none to a loopback address, else lz4
+
+	// Cluster names a cluster of the servers' remote_servers: every table
+	// is created ON CLUSTER, replicated (docs/clickhouse.md, "Cluster
+	// targets"). Empty: one server.
+	Cluster       string   `yaml:"cluster"`
+	ZooKeeper     []string `yaml:"zookeeper,scalar"` // required with cluster: host:port of its ZooKeeper ensemble, each
+	ZooKeeperPath string   `yaml:"zookeeper_path"`   // with cluster; default /clickhouse/tables/{shard}/{database}/{table}
+	ReplicaName   string   `yaml:"replica_name"`     // with cluster; default {replica}
 }
+
+// Defaults of a ClickHouse cluster's replicated tables: the macros every
+// server of a cluster defines (shard, replica) and those ClickHouse fills
+// in itself (database, table).
+const (
+	DefaultZooKeeperPath = "/clickhouse/tables/{shard}/{database}/{table}"
+	DefaultReplicaName   = "{replica}"
+)
 
 // Table is a target table.
 type Table struct {

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -103,6 +104,32 @@ func TestDefaults(t *testing.T) {
 		if !cmp.Equal(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// TestClusterDefaults: with cluster set, the ZooKeeper path and replica
+// name default to the macros; without, they stay empty.
+func TestClusterDefaults(t *testing.T) {
+	const dest = "pipeline: shop\nkafka: {brokers: [\"127.0.0.1:9092\"]}\ndestination: {clickhouse: {addr: [a:9000]%s}}\n"
+	tests := []struct {
+		name, keys    string
+		path, replica string
+		cluster       string
+		zookeeper     []string
+	}{
+		{"one server", "", "", "", "", nil},
+		{"cluster", ", cluster: replicated, zookeeper: [zk:2181]", DefaultZooKeeperPath, DefaultReplicaName, "replicated", []string{"zk:2181"}},
+		{"overridden", ", cluster: c, zookeeper: zk:2181, zookeeper_path: \"/z/{table}\", replica_name: r", "/z/{table}", "r", "c", []string{"zk:2181"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustParse(t, fmt.Sprintf(dest, tc.keys)+tableT+appendFlow, nil)
+			ch := p.Destination.ClickHouse
+			if ch.Cluster != tc.cluster || !cmp.Equal(ch.ZooKeeper, tc.zookeeper) || ch.ZooKeeperPath != tc.path || ch.ReplicaName != tc.replica {
+				t.Fatalf("cluster %q zookeeper %v path %q replica %q; want %q %v %q %q", ch.Cluster, ch.ZooKeeper, ch.ZooKeeperPath, ch.ReplicaName,
+					tc.cluster, tc.zookeeper, tc.path, tc.replica)
+			}
+		})
 	}
 }
 

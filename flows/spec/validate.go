@@ -12,7 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	_ "time/tzdata" // timezone names resolve on machines without zoneinfo
+	_ "time/tzdata"
+	"unicode" // timezone names resolve on machines without zoneinfo
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -109,6 +110,14 @@ func (p *Pipeline) applyDefaults() {
 		}
 		if ch.Username == "" {
 			ch.Username = "default"
+		}
+		if ch.Cluster != "" {
+			if ch.ZooKeeperPath == "" {
+				ch.ZooKeeperPath = DefaultZooKeeperPath
+			}
+			if ch.ReplicaName == "" {
+				ch.ReplicaName = DefaultReplicaName
+			}
 		}
 	}
 	for i := range p.Flows {
@@ -284,6 +293,51 @@ func (c *checker) destination() {
 		c.add("destination.clickhouse.compression", "%q: use lz4, zstd or none", ch.Compression)
 	}
 	c.tls("destination.clickhouse.tls", ch.TLS)
+	c.cluster(ch)
+}
+
+// clusterName is what a cluster of remote_servers may be called here: it
+// is written into statements (ON CLUSTER `name`).
+var clusterName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// cluster checks the keys of a ClickHouse cluster destination.
+func (c *checker) cluster(ch *ClickHouse) {
+	const path = "destination.clickhouse"
+	opt := []struct{ key, v string }{{"zookeeper_path", ch.ZooKeeperPath}, {"replica_name", ch.ReplicaName}}
+	if ch.Cluster == "" {
+		if c.written(path+".zookeeper", ch.ZooKeeper, nil) {
+			c.add(path+".zookeeper", "applies with cluster only: set cluster to the cluster of the servers (a name in their remote_servers), or remove zookeeper")
+		}
+		for _, k := range opt {
+			if c.written(path+"."+k.key, k.v, nil) {
+				c.add(path+"."+k.key, "applies with cluster only: set cluster, or remove %s", k.key)
+			}
+		}
+		return
+	}
+	if !clusterName.MatchString(ch.Cluster) {
+		c.add(path+".cluster", "%q is not a cluster name: use letters, digits, '_', '-' and '.'", ch.Cluster)
+	} else if len(ch.ZooKeeper) == 0 {
+		c.add(path+".cluster", "requires zookeeper: the host:port list of the cluster's ZooKeeper ensemble")
+	}
+	for i, a := range ch.ZooKeeper {
+		if err := checkHostPort(a, false); err != nil {
+			c.add(indexPath(path+".zookeeper", i), "%v", err)
+		}
+	}
+	for _, k := range opt {
+		if !c.written(path+"."+k.key, k.v, nil) {
+			continue
+		}
+		switch {
+		case strings.TrimSpace(k.v) == "":
+			c.add(path+"."+k.key, "must not be empty")
+		case strings.ContainsAny(k.v, "'`\\") || strings.IndexFunc(k.v, unicode.IsControl) >= 0:
+			c.add(path+"."+k.key, "%q: no quotes, backslashes or control characters", k.v)
+		case k.key == "zookeeper_path" && !strings.Contains(k.v, "{table}"):
+			c.add(path+"."+k.key, "%q names no {table}: every table needs a path of its own, such as %s", k.v, DefaultZooKeeperPath)
+		}
+	}
 }
 
 func sortedKeys(m map[string]string) []string {

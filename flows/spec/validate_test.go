@@ -136,6 +136,16 @@ func TestValidateValid(t *testing.T) {
 		src  string
 	}{
 		{"cdc flow", header + tableT + cdcFlow},
+		{"clickhouse cluster", `pipeline: shop
+kafka: {brokers: ["127.0.0.1:9092"]}
+destination:
+  clickhouse:
+    addr: [ch1:9000, ch2:9000]
+    cluster: replicated
+    zookeeper: zk:2181
+    zookeeper_path: /clickhouse/tables/{shard}/shop/{table}
+    replica_name: "{replica}-a"
+` + tableT + appendFlow},
 		{"empty values are not written", header + tableT + cdcFlow + "    column_list:\n    stored_as_scd_type:\n    write:\n"},
 		{"append flow", header + tableT + appendFlow},
 		{"sequence list", header + tableT + strings.Replace(cdcFlow, "sequence_by: seq", "sequence_by: [seq, name]", 1)},
@@ -368,6 +378,29 @@ destination:
     settings: {"bad name": 1} #! destination.clickhouse.settings.bad name: not a setting name
     compression: gzip #! destination.clickhouse.compression: "gzip": use lz4, zstd or none
     tls: {key_file: k.pem} #! destination.clickhouse.tls.cert_file: required with key_file
+`},
+		{"zookeeper without cluster", `pipeline: shop
+destination:
+  clickhouse:
+    addr: [a:9000]
+    zookeeper: [zk:2181] #! destination.clickhouse.zookeeper: applies with cluster only: set cluster to the cluster of the servers
+    zookeeper_path: /t/{table} #! destination.clickhouse.zookeeper_path: applies with cluster only
+    replica_name: r1 #! destination.clickhouse.replica_name: applies with cluster only
+`},
+		{"cluster without zookeeper", `pipeline: shop
+destination:
+  clickhouse:
+    addr: [a:9000]
+    cluster: replicated #! destination.clickhouse.cluster: requires zookeeper: the host:port list
+`},
+		{"cluster keys", `pipeline: shop
+destination:
+  clickhouse:
+    addr: [a:9000]
+    cluster: "my cluster" #! destination.clickhouse.cluster: "my cluster" is not a cluster name
+    zookeeper: [zk:2181, zk2] #! destination.clickhouse.zookeeper[1]: "zk2" is not host:port
+    zookeeper_path: /clickhouse/{shard}/{database} #! destination.clickhouse.zookeeper_path: names no {table}
+    replica_name: "it's" #! destination.clickhouse.replica_name: no quotes
 `},
 		{"local path", "pipeline: shop\ndestination: {local: {}} #! destination.local.path: required\n"},
 

@@ -80,9 +80,9 @@ type cdcTable struct {
 // rows, with the is_deleted column where the server has it.
 func (s *Sink) replacing(version, deleted string) string {
 	if s.feat.isDeleted {
-		return "ReplacingMergeTree(" + version + ", " + deleted + ")"
+		return s.opts.cluster().Engine("ReplacingMergeTree", version, deleted)
 	}
-	return "ReplacingMergeTree(" + version + ")"
+	return s.opts.cluster().Engine("ReplacingMergeTree", version)
 }
 
 // validateCDC checks a CDC target's spec beyond what every table needs.
@@ -152,16 +152,17 @@ func cdcSorting(t sinks.Table) []string {
 }
 
 func (s *Sink) createPhysSQL(t sinks.Table) string {
+	cm := s.newComments()
 	var b strings.Builder
-	b.WriteString("CREATE TABLE IF NOT EXISTS " + s.table(physName(t.Name)) + " (\n")
+	b.WriteString("CREATE TABLE IF NOT EXISTS " + s.table(physName(t.Name)) + s.opts.cluster().OnCluster() + " (\n")
 	for _, c := range t.Schema.Columns {
-		b.WriteString("\t" + columnDef(c, s.feat, false) + ",\n")
+		b.WriteString("\t" + columnDef(c, s.feat, false, cm) + ",\n")
 	}
-	b.WriteString("\t" + chsql.Quote(keyColumn) + " String COMMENT '" + keysComment + strings.Join(t.Keys, ",") + "',\n")
+	b.WriteString("\t" + cm.def(keyColumn, "String", keysComment+strings.Join(t.Keys, ",")) + ",\n")
 	b.WriteString("\t" + chsql.Quote(seqColumn) + " String,\n")
 	b.WriteString("\t" + chsql.Quote(deletedColumn) + " UInt8,\n")
 	b.WriteString("\t" + chsql.Quote(versionColumn) + " UInt64,\n")
-	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String\n")
+	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String" + cm.column() + "\n")
 	b.WriteString(") ENGINE = " + s.replacing(chsql.Quote(versionColumn), chsql.Quote(deletedColumn)))
 	if len(t.PartitionBy) > 0 {
 		b.WriteString(" PARTITION BY " + keyExpr(t.PartitionBy))
@@ -175,7 +176,7 @@ func (s *Sink) createViewSQL(name string, cols []column) string {
 	for i, c := range cols {
 		names[i] = chsql.Quote(c.Name)
 	}
-	return "CREATE VIEW IF NOT EXISTS " + s.table(name) + " AS SELECT " + strings.Join(names, ", ") +
+	return "CREATE VIEW IF NOT EXISTS " + s.table(name) + s.opts.cluster().OnCluster() + " AS SELECT " + strings.Join(names, ", ") +
 		" FROM " + s.table(physName(name)) + " FINAL WHERE " + chsql.Quote(deletedColumn) + " = 0"
 }
 
@@ -204,7 +205,7 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 		if front != nil {
 			return fmt.Errorf("clickhouse: table %s does not match the spec:\n  - a view %s exists without its physical table %s: drop the view (DROP TABLE %s) so that sluice creates the target afresh", t.Name, t.Name, phys, t.Name)
 		}
-		if err := s.exec(ctx, "create table "+phys, s.createPhysSQL(t)); err != nil {
+		if err := s.ddl(ctx, "create table "+phys, s.createPhysSQL(t)); err != nil {
 			return err
 		}
 		s.log.Info("table created", "table", t.Name, "physical", phys, "kind", kindName(t.Kind), "keys", t.Keys)
@@ -215,7 +216,7 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 			return fmt.Errorf("clickhouse: table %s: missing right after CREATE TABLE", phys)
 		}
 	}
-	add, err := reconcileCDC(t, info)
+	add, err := reconcileCDC(t, info, s.opts.Cluster != "")
 	if err != nil {
 		return err
 	}
@@ -247,19 +248,19 @@ func (s *Sink) ensureView(ctx context.Context, name string, phys, front *tableIn
 		}
 		// 18.16 has no CREATE OR REPLACE VIEW: the name is missing for the
 		// moment between the two statements.
-		if err := s.exec(ctx, "drop view "+name, s.dropStmt(name)); err != nil {
+		if err := s.ddl(ctx, "drop view "+name, s.dropTargetStmt(name)); err != nil {
 			return err
 		}
 		s.log.Info("view recreated over new columns", "table", name)
 	}
-	return s.exec(ctx, "create view "+name, s.createViewSQL(name, phys.columns))
+	return s.ddl(ctx, "create view "+name, s.createViewSQL(name, phys.columns))
 }
 
 // reconcileCDC compares a CDC target's spec with its physical table and
 // returns the nullable columns to add, or every difference it cannot apply.
-func reconcileCDC(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
+func reconcileCDC(t sinks.Table, info *tableInfo, cluster bool) ([]batch.Column, error) {
 	var problems []string
-	if !strings.HasPrefix(info.engine, "ReplacingMergeTree") {
+	if !strings.HasPrefix(strings.TrimPrefix(info.engine, "Replicated"), "ReplacingMergeTree") {
 		problems = append(problems, fmt.Sprintf("its physical table %s has the engine %s, not ReplacingMergeTree: sluice did not create it; drop it, or give the target another name", info.name, info.engine))
 	}
 	for _, c := range []string{keyColumn, seqColumn, deletedColumn, versionColumn} {
@@ -272,6 +273,7 @@ func reconcileCDC(t sinks.Table, info *tableInfo) ([]batch.Column, error) {
 	}
 	ours := len(problems) == 0
 	if ours {
+		problems = append(problems, modeProblem("its physical table "+info.name, info.engine, cluster)...)
 		if kind := physKind(info); kind != t.Kind {
 			problems = append(problems, fmt.Sprintf("the table is stored as %s but the spec says %s: the SCD type of a target cannot change in place; restore stored_as_scd_type, or write a new table (a full refresh into another name)", kindName(kind), kindName(t.Kind)))
 		}

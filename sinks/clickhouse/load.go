@@ -205,7 +205,8 @@ func (l *load) Write(ctx context.Context, table string, b *batch.Batch) error {
 }
 
 // ensureStage returns the load's staging table of table, creating it on
-// first use as a copy of the table's structure (columns, engine, keys).
+// first use as a copy of the table's structure (columns, engine, keys; on
+// a cluster a plain MergeTree, see stageSQL).
 // The name is recorded before the CREATE: a CREATE whose answer is lost
 // (the server died meanwhile) may have created the table, and Abort and
 // discard drop every recorded name, whether or not it exists.
@@ -218,10 +219,14 @@ func (l *load) ensureStage(ctx context.Context, table string) (string, error) {
 	if len(stage) > 200 {
 		return "", fmt.Errorf("clickhouse: write to %s: load id %s and table name are too long together", table, l.meta.LoadID)
 	}
+	create, err := s.stageSQL(ctx, stage, table)
+	if err != nil {
+		return "", err
+	}
 	tried := l.unsure[table]
 	l.stages[table] = stage
 	l.unsure[table] = true
-	err := s.exec(ctx, "create staging table for "+table, "CREATE TABLE "+s.table(stage)+" AS "+s.table(table))
+	err = s.exec(ctx, "create staging table for "+table, create)
 	if err != nil && !(tried && chsql.IsCode(err, chsql.CodeTableAlreadyExists)) {
 		return "", err
 	}

@@ -1,6 +1,8 @@
 package clickhouse
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -201,7 +203,7 @@ func TestReconcile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			add, err := reconcile(tc.table, tc.info)
+			add, err := reconcile(tc.table, tc.info, false)
 			if tc.want == "" {
 				if err != nil || len(add) != tc.add {
 					t.Fatalf("reconcile: %d columns to add, %v; want %d, nil", len(add), err, tc.add)
@@ -238,5 +240,75 @@ func TestValidateTable(t *testing.T) {
 				t.Fatalf("validateTable: %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestReconcileCluster: on a cluster a target must be replicated, without
+// one it must not; either refusal is of a table sluice created, so that the
+// runner offers the refresh that creates it anew.
+func TestReconcileCluster(t *testing.T) {
+	cols := []column{{Column: batch.Column{Name: "id", Type: batch.Int64}, chType: "Int64", storage: storeInt64}}
+	spec := sinks.Table{Name: "t", Schema: batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64}}}}
+	cdcCols := map[string]hiddenColumn{keyColumn: {typ: "String", comment: keysComment + "id"}, seqColumn: {typ: "String"},
+		deletedColumn: {typ: "UInt8"}, versionColumn: {typ: "UInt64"}}
+	cdcSpec := sinks.Table{Name: "c", Schema: spec.Schema, Kind: sinks.KindSCD1, Keys: []string{"id"}}
+	tests := []struct {
+		name    string
+		engine  string
+		cdc     bool
+		cluster bool
+		want    string // substring of the error; "" for none
+	}{
+		{"plain, one server", "MergeTree", false, false, ""},
+		{"replicated, cluster", "ReplicatedMergeTree", false, true, ""},
+		{"plain on a cluster", "MergeTree", false, true, "is MergeTree, on this server alone, while destination.clickhouse.cluster is set"},
+		{"replicated without a cluster", "ReplicatedMergeTree", false, false, "is ReplicatedMergeTree, while destination.clickhouse.cluster is not set: set cluster"},
+		{"cdc replicated, cluster", "ReplicatedReplacingMergeTree", true, true, ""},
+		{"cdc plain on a cluster", "ReplacingMergeTree", true, true, "its physical table _sluice_phys_c is ReplacingMergeTree, on this server alone"},
+		{"cdc replicated without a cluster", "ReplicatedReplacingMergeTree", true, false, "while destination.clickhouse.cluster is not set"},
+		{"cdc another engine", "ReplicatedMergeTree", true, true, "not ReplacingMergeTree"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.cdc {
+				info := &tableInfo{name: physName("c"), engine: tc.engine, sortingKey: "id, _sluice_key", hasLoadID: true, columns: cols, hidden: cdcCols}
+				_, err = reconcileCDC(cdcSpec, info, tc.cluster)
+			} else {
+				_, err = reconcile(spec, &tableInfo{name: "t", engine: tc.engine, hasLoadID: true, columns: cols}, tc.cluster)
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v; want an error saying %q", err, tc.want)
+			}
+			if ours := tc.want != "not ReplacingMergeTree"; errors.Is(err, sinks.ErrTableChanged) != ours {
+				t.Fatalf("%v: sinks.ErrTableChanged %v, want %v", err, !ours, ours)
+			}
+		})
+	}
+}
+
+// TestComments: the comments a table on a cluster keeps in its alias
+// column read back as system.columns shows them.
+func TestComments(t *testing.T) {
+	pairs := commentPairs(map[string]string{"b": bytesComment, keyColumn: keysComment + "a,b", "gone": "", "z": timestampComment}, []string{"a", "b"})
+	if want := []string{"b=sluice:bytes", "_sluice_key=sluice:keys=a,b", "z=sluice:timestamp_us"}; !slices.Equal(pairs, want) {
+		t.Fatalf("commentPairs = %q, want %q", pairs, want)
+	}
+	def := commentsDef(pairs)
+	if want := "`_sluice_comments` String ALIAS 'b=sluice:bytes;_sluice_key=sluice:keys=a,b;z=sluice:timestamp_us'"; def != want {
+		t.Fatalf("commentsDef = %s, want %s", def, want)
+	}
+	got := parseComments("'b=sluice:bytes;_sluice_key=sluice:keys=a,b;z=sluice:timestamp_us'")
+	if len(got) != 3 || got["b"] != bytesComment || got[keyColumn] != keysComment+"a,b" || got["z"] != timestampComment {
+		t.Fatalf("parseComments = %q", got)
+	}
+	if got := parseComments(""); len(got) != 0 {
+		t.Fatalf("parseComments of nothing = %q", got)
 	}
 }

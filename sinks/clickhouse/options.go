@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
 // Options configure a ClickHouse destination.
@@ -52,15 +55,28 @@ type Options struct {
 	// before it counts as abandoned (default 30s). A committed load whose
 	// writer's heartbeat expired or ended is published at once.
 	Grace time.Duration
-	// Cluster names a cluster of the servers' remote_servers: targets and
-	// sluice's tables are replicated over it, and loads commit through
-	// ZooKeeper (docs/clickhouse.md, "Cluster targets"). Addr lists its
-	// servers: a load goes through one of them, the next when it does not
-	// answer.
+	// Cluster names a cluster of the servers' remote_servers: the database,
+	// the targets and sluice's own tables are created ON CLUSTER with the
+	// Replicated engine of their family, every insert into them is sent
+	// with insert_deduplicate = 0 (but the ledger row's), an existing table
+	// must be replicated, and loads commit through ZooKeeper
+	// (docs/clickhouse.md, "Cluster targets" and "The protocol on a
+	// cluster"). Addr lists the cluster's servers: a load goes through one
+	// of them, the next when it does not answer. Empty: one server, plain
+	// MergeTree tables, and an existing replicated table is refused.
+	// Staging tables stay plain, on the server a load goes through.
 	Cluster string
-	// ZooKeeper lists the host:port addresses of the ZooKeeper ensemble of
-	// the cluster; required with Cluster.
+	// ZooKeeper lists the host:port addresses of the cluster's ZooKeeper
+	// ensemble, for the commit point of loads on a cluster; required with
+	// Cluster.
 	ZooKeeper []string
+	// ZooKeeperPath is the ZooKeeper path of each replicated table, with the
+	// servers' macros (default, with Cluster,
+	// /clickhouse/tables/{shard}/{database}/{table}). It must name {table}.
+	ZooKeeperPath string
+	// ReplicaName is each server's replica name of a replicated table, with
+	// the servers' macros (default, with Cluster, {replica}).
+	ReplicaName string
 	// Compression is how blocks travel over the native protocol: "lz4",
 	// "zstd" or "none". Empty: none when every address is a loopback one
 	// (the server runs on this machine, where compressing costs both ends
@@ -114,6 +130,10 @@ func (o *Options) withDefaults() {
 	if o.Grace <= 0 {
 		o.Grace = defaultGrace
 	}
+	if o.Cluster != "" {
+		o.ZooKeeperPath = cmp.Or(o.ZooKeeperPath, chsql.DefaultZooKeeperPath)
+		o.ReplicaName = cmp.Or(o.ReplicaName, chsql.DefaultReplica)
+	}
 	if o.Compression == "" {
 		o.Compression = CompressionLZ4
 		if allLoopback(o.Addr) {
@@ -148,4 +168,25 @@ func compression(method string) (*clickhouse.Compression, error) {
 		return nil, nil
 	}
 	return nil, fmt.Errorf("clickhouse: compression %q: use lz4, zstd or none", method)
+}
+
+// cluster is where the sink's tables go (chsql.Cluster).
+func (o *Options) cluster() chsql.Cluster {
+	return chsql.Cluster{Name: o.Cluster, Path: o.ZooKeeperPath, Replica: o.ReplicaName}
+}
+
+// validateCluster checks the cluster options (after withDefaults).
+func (o *Options) validateCluster() error {
+	switch {
+	case o.Cluster == "" && len(o.ZooKeeper) > 0:
+		return fmt.Errorf("clickhouse: ZooKeeper is set without Cluster: set Cluster to the cluster of the servers, or leave ZooKeeper out")
+	case o.Cluster == "" && (o.ZooKeeperPath != "" || o.ReplicaName != ""):
+		return fmt.Errorf("clickhouse: ZooKeeperPath and ReplicaName apply to a Cluster only")
+	case o.Cluster != "" && len(o.ZooKeeper) == 0:
+		return fmt.Errorf("clickhouse: Cluster %s needs ZooKeeper, the addresses of its ZooKeeper ensemble", o.Cluster)
+	}
+	if err := o.cluster().Validate(); err != nil {
+		return fmt.Errorf("clickhouse: %w", err)
+	}
+	return nil
 }

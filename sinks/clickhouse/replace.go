@@ -180,7 +180,11 @@ func (l *load) partitionIDs(ctx context.Context, table string, cols []column, pa
 	if err := s.exec(ctx, "drop partition list of "+table, s.dropStmt(name)); err != nil {
 		return nil, err
 	}
-	if err := s.exec(ctx, "create partition list of "+table, "CREATE TABLE "+s.table(name)+" AS "+s.table(table)); err != nil {
+	create, err := s.stageSQL(ctx, name, table)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.exec(ctx, "create partition list of "+table, create); err != nil {
 		return nil, err
 	}
 	quoted := make([]string, len(cols))

@@ -491,7 +491,7 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 		return err
 	}
 	switch {
-	case front != nil && front.engine == "MergeTree" && front.hasLoadID:
+	case front != nil && strings.TrimPrefix(front.engine, "Replicated") == "MergeTree" && front.hasLoadID:
 	case back != nil && back.hasLoadID && back.hidden[keyColumn].typ != "" && (front == nil || front.engine == "View"):
 	case front == nil && back == nil:
 		return nil
@@ -499,7 +499,7 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 		return fmt.Errorf("clickhouse: drop: table %s was not created by sluice: drop or rename it yourself", table)
 	}
 	for _, name := range []string{table, phys} {
-		if err := s.exec(ctx, "drop "+name, s.dropStmt(name)); err != nil {
+		if err := s.ddl(ctx, "drop "+name, s.dropTargetStmt(name)); err != nil {
 			return err
 		}
 	}

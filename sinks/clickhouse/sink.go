@@ -123,7 +123,13 @@ func openServer(ctx context.Context, opts Options, log *slog.Logger) (*Sink, err
 	if !chsql.ValidIdent(opts.Database) {
 		return nil, fmt.Errorf("clickhouse: database name %q: use letters, digits and underscores", opts.Database)
 	}
-	settings := normalizeSettings(opts.Settings)
+	if err := opts.validateCluster(); err != nil {
+		return nil, err
+	}
+	settings, err := connSettings(opts)
+	if err != nil {
+		return nil, err
+	}
 	comp, err := compression(opts.Compression)
 	if err != nil {
 		return nil, err
@@ -166,7 +172,7 @@ func openServer(ctx context.Context, opts Options, log *slog.Logger) (*Sink, err
 	s := newSink(c, opts, log)
 	s.version = fmt.Sprintf("%d.%d.%d", v.Version.Major, v.Version.Minor, v.Version.Patch)
 	s.feat = featuresOf(int(v.Version.Major), int(v.Version.Minor))
-	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "version", s.version, "compression", opts.Compression,
+	log.Info("clickhouse connected", "addr", opts.Addr, "database", opts.Database, "cluster", opts.Cluster, "version", s.version, "compression", opts.Compression,
 		"datetime64", s.feat.dateTime64, "date32", s.feat.date32, "is_deleted", s.feat.isDeleted)
 	return s, nil
 }
@@ -187,6 +193,30 @@ func newSink(c conn, opts Options, log *slog.Logger) *Sink {
 		leases:     map[string]heldLease{},
 	}
 }
+
+// connSettings are the settings sent with every query: the configured
+// ones and, on a cluster, insert_deduplicate = 0. A replicated table drops
+// an insert whose block equals a recent one's, by content, and answers
+// success: a row written again on purpose (a state set back to an earlier
+// value, a lease or heartbeat row repeated) would be lost. On the
+// connection, the setting covers every insert of the sink and of the
+// checkpoint store sharing it; an insert that wants the deduplication (a
+// byte-identical retry) asks for it in its own settings, which the server
+// applies after these. The deduplication of ATTACH PARTITION is not
+// governed by it.
+func connSettings(opts Options) (clickhouse.Settings, error) {
+	settings := normalizeSettings(opts.Settings)
+	if opts.Cluster == "" {
+		return settings, nil
+	}
+	if v, ok := settings[dedupSetting]; ok && v != 0 && v != false {
+		return nil, fmt.Errorf("clickhouse: setting %s = %v: on a cluster sluice inserts with %s = 0, so that a row written again on purpose is not dropped as a repeat; leave the setting out", dedupSetting, v, dedupSetting)
+	}
+	settings[dedupSetting] = 0
+	return settings, nil
+}
+
+const dedupSetting = "insert_deduplicate"
 
 // settingsAsStrings is the protocol revision from which the server takes
 // settings as text (19.11); before, the driver sends only integers and
@@ -278,6 +308,16 @@ func (s *Sink) dropStmt(name string) string {
 	return chsql.Drop(s.opts.Database, name, s.dropSuffix())
 }
 
+// dropTargetStmt returns the statement dropping a target's table or view:
+// on a cluster ON CLUSTER, since dropping a replicated table on one server
+// drops only that server's replica.
+func (s *Sink) dropTargetStmt(name string) string {
+	if s.opts.Cluster == "" {
+		return s.dropStmt(name)
+	}
+	return "DROP TABLE IF EXISTS " + s.table(name) + s.opts.cluster().OnCluster() + s.dropSuffix()
+}
+
 // dropSuffix is chsql.DropSuffix of the database, once ensureSystem read
 // its engine.
 func (s *Sink) dropSuffix() string {
@@ -298,7 +338,7 @@ func (s *Sink) currentOwner() string {
 // OpenCheckpoints opens the checkpoint store in the sink's database, on its
 // connection (sinks.CheckpointKeeper).
 func (s *Sink) OpenCheckpoints(ctx context.Context, log *slog.Logger) (checkpoint.Store, error) {
-	return checkpointch.Open(ctx, s.conn, checkpointch.Options{Database: s.opts.Database, Logger: log})
+	return checkpointch.Open(ctx, s.conn, checkpointch.Options{Database: s.opts.Database, Cluster: s.opts.cluster(), Logger: log})
 }
 
 // Conn returns the sink's connection and database, for tools and tests

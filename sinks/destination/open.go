@@ -34,6 +34,7 @@ func Open(ctx context.Context, p *spec.Pipeline, log *slog.Logger) (sinks.Sink, 
 		return clickhouse.Open(ctx, clickhouse.Options{
 			Addr: ch.Addr, Database: ch.Database, Username: ch.Username, Password: ch.Password,
 			TLS: tc, DialTimeout: ch.DialTimeout, ReadTimeout: ch.ReadTimeout, Settings: settings, Compression: ch.Compression,
+			Cluster: ch.Cluster, ZooKeeper: ch.ZooKeeper, ZooKeeperPath: ch.ZooKeeperPath, ReplicaName: ch.ReplicaName,
 			Pipeline: p.Pipeline, Logger: log,
 		})
 	}

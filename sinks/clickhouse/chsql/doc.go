@@ -5,7 +5,8 @@
 // classification of errors a later attempt gets past, a database's engine
 // and the drop suffix it asks for, the age of tables and views by the
 // server's clock, the statement of _sluice_state (the one table both
-// create), and the CREATE VIEW lock with its fence.
+// create), the engines and ON CLUSTER clause of a destination on a cluster
+// (Cluster), and the CREATE VIEW lock with its fence.
 //
 // The CREATE VIEW lock is a view whose one row names its holder: CREATE VIEW
 // fails when the view exists, so at most one creator holds it until it is

@@ -32,6 +32,7 @@ const (
 	CodeTooManyParts         = 252
 	CodeAllConnectionsTried  = 279
 	CodeUnknownInsertStatus  = 319
+	CodeUnfinished           = 341 // an ALTER of a replicated table that some replicas apply later
 	CodeCannotAssignOptimize = 388 // an OPTIMIZE that cannot merge now, or has nothing to merge
 	CodeQueryWasCancelled    = 394
 	CodeCannotSchedule       = 439

@@ -142,9 +142,10 @@ func Ages(ctx context.Context, c Conn, db, prefix string, names ...string) (map[
 // checkpoint/clickhouse/doc.go says what its rows hold.
 const StateTable = "_sluice_state"
 
-// StateDDL returns the statement creating StateTable in db when missing.
-func StateDDL(db string) string {
-	return "CREATE TABLE IF NOT EXISTS " + Table(db, StateTable) + ` (
+// StateDDL returns the statement creating StateTable in db when missing,
+// on one server or replicated over c.
+func StateDDL(db string, c Cluster) string {
+	return "CREATE TABLE IF NOT EXISTS " + Table(db, StateTable) + c.OnCluster() + ` (
 	key String, value String, revision UInt64, updated_at DateTime('UTC')
-) ENGINE = ReplacingMergeTree(revision) ORDER BY key`
+) ENGINE = ` + c.Engine("ReplacingMergeTree", "revision") + ` ORDER BY key`
 }

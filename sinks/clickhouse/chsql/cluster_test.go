@@ -1,0 +1,55 @@
+package chsql
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClusterEngine(t *testing.T) {
+	one := Cluster{}
+	c := Cluster{Name: "replicated", Path: DefaultZooKeeperPath, Replica: DefaultReplica}
+	tests := []struct {
+		c            Cluster
+		family       string
+		args         []string
+		want, onClus string
+	}{
+		{one, "MergeTree", nil, "MergeTree", ""},
+		{one, "ReplacingMergeTree", []string{"v"}, "ReplacingMergeTree(v)", ""},
+		{c, "MergeTree", nil, "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')", " ON CLUSTER `replicated`"},
+		{c, "ReplacingMergeTree", []string{"v", "d"}, "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}', v, d)", " ON CLUSTER `replicated`"},
+	}
+	for _, tc := range tests {
+		if got := tc.c.Engine(tc.family, tc.args...); got != tc.want {
+			t.Errorf("Engine(%s, %v) = %s, want %s", tc.family, tc.args, got, tc.want)
+		}
+		if got := tc.c.OnCluster(); got != tc.onClus {
+			t.Errorf("OnCluster = %q, want %q", got, tc.onClus)
+		}
+	}
+}
+
+func TestClusterValidate(t *testing.T) {
+	ok := Cluster{Name: "my-cluster.1", Path: DefaultZooKeeperPath, Replica: DefaultReplica}
+	tests := []struct {
+		name string
+		c    Cluster
+		want string // "" valid
+	}{
+		{"one server", Cluster{}, ""},
+		{"defaults", ok, ""},
+		{"bad name", Cluster{Name: "a`b", Path: ok.Path, Replica: ok.Replica}, "cluster name"},
+		{"quote in path", Cluster{Name: "c", Path: "/t/'{table}", Replica: ok.Replica}, "no quotes"},
+		{"path without table", Cluster{Name: "c", Path: "/t/{database}", Replica: ok.Replica}, "names no {table}"},
+		{"empty replica", Cluster{Name: "c", Path: ok.Path}, "replica name: empty"},
+		{"control character", Cluster{Name: "c", Path: ok.Path, Replica: "r\n"}, "control characters"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.c.Validate()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Validate: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
