@@ -32,6 +32,7 @@ func dialCluster(t testing.TB, c *chtest.Cluster, db string, first int, mod ...f
 // the replicated cluster: the commit point is in ZooKeeper, the loads are
 // staged and published on the first replica.
 func TestClusterConformance(t *testing.T) {
+	skipUnderRace(t)
 	c := chtest.SharedCluster(t)
 	probe := dialCluster(t, c, "default", 0)
 	defer probe.Close()
@@ -177,6 +178,7 @@ func waitIDs(t testing.TB, addr, db, table string, want []int64, where string) {
 
 // TestClusterCDCConformance runs the CDC suite on the replicated cluster.
 func TestClusterCDCConformance(t *testing.T) {
+	skipUnderRace(t)
 	c := chtest.SharedCluster(t)
 	probe := dialCluster(t, c, "default", 0)
 	defer probe.Close()
@@ -192,6 +194,7 @@ func TestClusterCDCConformance(t *testing.T) {
 // -9 and restarted and ZooKeeper is killed and restarted. Afterwards every
 // id is on both replicas exactly once.
 func TestClusterLoadsThroughFaults(t *testing.T) {
+	skipUnderRace(t)
 	c := chtest.SharedCluster(t)
 	db := chtest.NewClusterDatabase(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -301,5 +304,15 @@ func TestClusterLoadsThroughFaults(t *testing.T) {
 	}
 	for i, addr := range c.Addrs {
 		waitIDs(t, addr, db, "ev", want, fmt.Sprintf("replica %d", i+1))
+	}
+}
+
+// skipUnderRace skips a long suite on the test cluster in make test's pass
+// with the race detector: the pass without it runs the suite (see
+// race_on_test.go).
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceOn {
+		t.Skip("the cluster suites run in the pass without the race detector")
 	}
 }
