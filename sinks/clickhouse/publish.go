@@ -251,7 +251,7 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string, liste
 			continue
 		}
 		if err := s.replace(ctx, table, next, pid); err != nil {
-			return err
+			return s.fencedStage(ctx, loadID, next, err)
 		}
 		replaced++
 	}
@@ -265,7 +265,7 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string, liste
 			continue
 		}
 		if err := s.attach(ctx, table, next, pid); err != nil {
-			return err
+			return s.fencedStage(ctx, loadID, next, err)
 		}
 		attached++
 	}
@@ -275,6 +275,23 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string, liste
 	s.log.Info("committed load published by recovery", "load", loadID, "table", table,
 		"attached", attached, "replaced", replaced, "already_published", done)
 	return nil
+}
+
+// fencedStage turns the failure of a publication step from a staging table
+// that another recovery renamed meanwhile (it fenced this one off and
+// publishes the load itself) into a retryable error; other failures stay.
+func (s *Sink) fencedStage(ctx context.Context, loadID, stage string, err error) error {
+	if !chsql.Gone(err) {
+		return err
+	}
+	ages, aerr := s.objectAges(ctx, stage)
+	if aerr != nil {
+		return err
+	}
+	if _, ok := ages[stage]; ok {
+		return err // the target is what is gone
+	}
+	return chsql.Transient("clickhouse: publication of load %s was taken over by another recovery, which finishes it: %v", loadID, err)
 }
 
 // stagesOf lists the staging tables of a load for one target.
