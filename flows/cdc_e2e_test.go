@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/flows"
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/flows/spec"
+	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/destination"
 )
 
@@ -211,6 +212,9 @@ func destinations(t *testing.T) map[string]func(t *testing.T) string {
 			return fmt.Sprintf("  clickhouse: {addr: [%s], database: cdc_%s}", addr, hex.EncodeToString(r[:]))
 		}
 	}
+	if withCluster() {
+		d["cluster"] = clusterDestination
+	}
 	return d
 }
 
@@ -296,6 +300,10 @@ func runCase(t *testing.T, addr, prefix, dest string, tc cdcCase) {
 	if rows := rowStrings(got); !slices.Equal(rows, tc.want) {
 		t.Fatalf("target rows\n got %q\nwant %q", rows, tc.want)
 	}
+	eachReplica(t, doc, func(t *testing.T, sink sinks.Sink) bool {
+		got, err := sink.Scan(ctx, "t")
+		return err == nil && slices.Equal(rowStrings(got), tc.want)
+	})
 	dls, err := sink.Scan(ctx, batch.DeadLettersTable)
 	if err != nil {
 		t.Fatal(err)
