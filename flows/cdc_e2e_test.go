@@ -212,14 +212,14 @@ func destinations(t *testing.T) map[string]func(t *testing.T) string {
 			return fmt.Sprintf("  clickhouse: {addr: [%s], database: cdc_%s}", addr, hex.EncodeToString(r[:]))
 		}
 	}
-	if withCluster() {
-		d["cluster"] = clusterDestination
-	}
 	return d
 }
 
 func TestCDCAcceptanceEndToEnd(t *testing.T) {
 	dests := destinations(t)
+	if withCluster() {
+		dests["cluster"] = clusterDestination
+	}
 	broker := startBroker(t)
 	n := 0
 	for _, dname := range slices.Sorted(maps.Keys(dests)) {

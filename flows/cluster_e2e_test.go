@@ -22,11 +22,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// withCluster says whether the end-to-end cases run on the replicated test
-// cluster too: in make test (which names a folder for clusters) and under
-// CI=true, without the race detector (the race pass runs the other
+// withCluster says whether the CDC acceptance cases run on the replicated
+// test cluster too: in make test (which names a folder for clusters) and
+// under CI=true, without the race detector (the race pass runs the other
 // destinations; the cluster's protocol has its own race-run tests in
-// sinks/clickhouse).
+// sinks/clickhouse). The other end-to-end tests of flows run on one server
+// and locally only: every case on the cluster creates a database and its
+// tables ON CLUSTER, which the servers run one statement at a time, and
+// integration/cluster_test.go runs append and CDC flows through kills on
+// it.
 func withCluster() bool {
 	return !raceOn && (os.Getenv("SLUICE_CLICKHOUSE_CLUSTER_ROOT") != "" || os.Getenv("CI") == "true")
 }
