@@ -24,6 +24,13 @@
 // later, using DateTime64 and Date32 where the server has them.
 // docs/clickhouse.md describes the tables and the protocol.
 //
+// With Options.Cluster the tables are replicated ON CLUSTER, the commit
+// point of every load is one ZooKeeper multi (zk.go, zkcommit.go: the
+// load's node and its slots' heads, compare-and-set), CDC leases live in
+// ZooKeeper with a fence every commit checks (zklease.go), and each load
+// goes through one server's own sink (cluster.go), which runs that
+// server's maintenance.
+//
 // It must not import sources or the flow runner: it receives columnar
 // batches and positions and knows nothing of Kafka or files beyond what a
 // position records. Values of rows and states travel as column data or bound
