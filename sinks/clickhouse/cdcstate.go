@@ -25,7 +25,10 @@ const stateChunk = 100_000
 // table of the query), not in the query text, so any number of them fits
 // in max_query_size.
 func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[string][]byte, error) {
-	if ss := s.cdcServer(ctx, table); ss != nil {
+	if ss, err := s.cdcServer(ctx, table); err != nil || ss != nil {
+		if err != nil {
+			return nil, err
+		}
 		return ss.GetState(ctx, table, keys)
 	}
 	if _, err := s.stateReady(ctx, table, "read state of"); err != nil {
@@ -46,7 +49,10 @@ func (s *Sink) GetState(ctx context.Context, table string, keys []string) (map[s
 // removed one counts, until a compaction drops it), as of the last
 // committed load of table.
 func (s *Sink) HasKeyStates(ctx context.Context, table string) (bool, error) {
-	if ss := s.cdcServer(ctx, table); ss != nil {
+	if ss, err := s.cdcServer(ctx, table); err != nil || ss != nil {
+		if err != nil {
+			return false, err
+		}
 		return ss.HasKeyStates(ctx, table)
 	}
 	if _, err := s.stateReady(ctx, table, "probe key states of"); err != nil {

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/hashicorp/go-multierror"
 
 	"github.com/sluicehq/sluice/sinks"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
@@ -27,8 +28,8 @@ type servers struct {
 
 	mu     sync.Mutex
 	open   map[string]*Sink
-	cur    int    // index in addrs of the server loads go to
-	shards uint32 // of the cluster, once a server said
+	cur    int  // index in addrs of the server loads go to
+	closed bool // by close: no server is connected again
 
 	stop func()
 	done chan struct{}
@@ -41,8 +42,11 @@ func newServers(parent *Sink, addrs []string) *servers {
 // get returns the sink of a server, connecting to it on first use.
 func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
 	v.mu.Lock()
-	ss := v.open[addr]
+	ss, closed := v.open[addr], v.closed
 	v.mu.Unlock()
+	if closed {
+		return nil, errors.New("clickhouse: the destination is closed")
+	}
 	if ss != nil {
 		return ss, nil
 	}
@@ -55,6 +59,9 @@ func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
 	}
 	ss.zk, ss.server, ss.parent = p.zk, addr, p
 	shard, shards, err := ss.shardOf(ctx)
+	if err == nil && shards > 1 {
+		err = errShards(p.opts.Cluster, shards)
+	}
 	if err != nil {
 		ss.Close()
 		return nil, err
@@ -66,12 +73,14 @@ func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if have := v.open[addr]; have != nil {
+	if have := v.open[addr]; have != nil || v.closed {
 		ss.Close()
+		if have == nil {
+			return nil, errors.New("clickhouse: the destination is closed")
+		}
 		return have, nil
 	}
 	v.open[addr] = ss
-	v.shards = max(v.shards, shards)
 	ss.startCleanup(opts.CleanupEvery)
 	return ss, nil
 }
@@ -100,48 +109,12 @@ func (s *Sink) shardOf(ctx context.Context) (shard, shards uint32, err error) {
 		return 0, 0, fmt.Errorf("clickhouse: read cluster %s: %w", s.opts.Cluster, err)
 	}
 	if len(seen) == 0 {
-		return 0, 0, fmt.Errorf("clickhouse: server %s has no cluster %s in its remote_servers: name a cluster it lists (SELECT cluster FROM system.clusters)", s.server, s.opts.Cluster)
+		return 0, 0, fmt.Errorf("clickhouse: server %v has no cluster %s in its remote_servers: name a cluster it lists (SELECT cluster FROM system.clusters)", s.opts.Addr, s.opts.Cluster)
 	}
 	if shard == 0 {
-		return 0, 0, fmt.Errorf("clickhouse: server %s is not one of cluster %s's servers (none is local in system.clusters): list only the cluster's servers in addr", s.server, s.opts.Cluster)
+		return 0, 0, fmt.Errorf("clickhouse: server %v is not one of cluster %s's servers (none is local in system.clusters): list only the cluster's servers in addr", s.opts.Addr, s.opts.Cluster)
 	}
 	return shard, uint32(len(seen)), nil
-}
-
-// shardFor is the shard a load goes to on a cluster of several: by its
-// first slot, so that a Kafka partition or a file goes to one shard, else
-// by its id.
-func shardFor(meta sinks.LoadMeta, shards uint32) uint32 {
-	key := meta.LoadID
-	if len(meta.Slots) > 0 {
-		key = meta.Slots[0]
-	}
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return 1 + h.Sum32()%shards
-}
-
-// onShard returns the sink of the first server of addr (from the current
-// one) on the shard that answers.
-func (v *servers) onShard(ctx context.Context, shard uint32) (*Sink, error) {
-	v.mu.Lock()
-	first := v.cur
-	v.mu.Unlock()
-	var last error
-	for k := range v.addrs {
-		ss, err := v.get(ctx, v.addrs[(first+k)%len(v.addrs)])
-		if err != nil {
-			last = err
-			continue
-		}
-		if ss.shard == shard {
-			return ss, nil
-		}
-	}
-	if last == nil {
-		return nil, fmt.Errorf("clickhouse: no server of shard %d of cluster %s in addr %v: list at least one replica of each shard", shard, v.parent.opts.Cluster, v.addrs)
-	}
-	return nil, chsql.Transient("clickhouse: no server of shard %d answers: %w", shard, last)
 }
 
 // current returns the sink of the server loads go to.
@@ -154,6 +127,14 @@ func (v *servers) current(ctx context.Context) (*Sink, error) {
 		v.next(i, err)
 	}
 	return ss, err
+}
+
+// failed makes the address after addr current when err says addr's
+// server did not answer and addr is current.
+func (v *servers) failed(addr string, err error) {
+	if i := slices.Index(v.addrs, addr); i >= 0 {
+		v.next(i, err)
+	}
 }
 
 // next makes the address after i current, unless another failure did.
@@ -186,20 +167,7 @@ func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, e
 			break
 		}
 	}
-	v.mu.Lock()
-	shards := v.shards
-	v.mu.Unlock()
-	var ss *Sink
-	var err error
-	if shards > 1 && leased == "" {
-		ss, err = v.onShard(ctx, shardFor(meta, shards))
-		if err != nil {
-			return nil, err
-		}
-		addr = ss.server
-	} else {
-		ss, err = v.get(ctx, addr)
-	}
+	ss, err := v.get(ctx, addr)
 	if err == nil {
 		var l sinks.Load
 		if l, err = ss.Begin(ctx, meta); err == nil {
@@ -234,6 +202,7 @@ func unreachable(err error) bool {
 // server answers.
 func (v *servers) each(ctx context.Context, all bool, fn func(*Sink) error) error {
 	var first error
+	var errs *multierror.Error
 	ok := 0
 	for _, addr := range v.addrs {
 		ss, err := v.get(ctx, addr)
@@ -249,13 +218,13 @@ func (v *servers) each(ctx context.Context, all bool, fn func(*Sink) error) erro
 		}
 		ok++
 		if err := fn(ss); err != nil {
-			return err
+			errs = multierror.Append(errs, fmt.Errorf("server %s: %w", addr, err)) // the others still run
 		}
 	}
 	if ok == 0 {
 		return first
 	}
-	return nil
+	return errs.ErrorOrNil()
 }
 
 // connectLater connects, in the background, to the servers that did not
@@ -271,11 +240,14 @@ func (v *servers) connectLater(every time.Duration) {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
+			// Like the background cleanup of one server, nothing is
+			// connected (and so created) until this process set up
+			// sluice's tables: a process that only reads creates nothing.
 			for _, addr := range v.addrs {
 				v.mu.Lock()
 				have := v.open[addr] != nil
 				v.mu.Unlock()
-				if !have && ctx.Err() == nil {
+				if !have && ctx.Err() == nil && v.parent.isReady() {
 					if _, err := v.get(ctx, addr); err != nil && ctx.Err() == nil {
 						v.parent.log.Debug("server still does not answer", "server", addr, "err", err)
 					}
@@ -293,9 +265,10 @@ func (v *servers) connectLater(every time.Duration) {
 	}()
 }
 
-// sweepLoads removes the open load nodes of processes that stopped before
-// they created anything on a server (a Begin cut short): every other open
-// node has a marker on its server, whose maintenance fences it.
+// sweepLoads fences the open load nodes of stopped processes older than
+// the grace period: a Begin cut short before its marker leaves one that no
+// server's maintenance finds; one with a marker is then dropped by its
+// server's maintenance as a load that can no longer commit.
 func (s *Sink) sweepLoads(ctx context.Context) error {
 	if !s.isReady() {
 		return nil
@@ -321,15 +294,21 @@ func (s *Sink) sweepLoads(ctx context.Context) error {
 		if rec.Owner != "" && alive[rec.Owner] {
 			continue
 		}
-		if _, err := s.zk.fenceLoad(enc); err != nil {
+		committed, err := s.zk.fenceLoad(enc)
+		if err != nil {
 			return err
 		}
-		s.log.Info("load node of a stopped process removed", "load", enc, "server", rec.Server)
+		if committed == nil {
+			s.log.Info("open load node of a stopped process removed", "load", enc, "server", rec.Server)
+		}
 	}
 	return nil
 }
 
 func (v *servers) close() error {
+	v.mu.Lock()
+	v.closed = true
+	v.mu.Unlock()
 	if v.stop != nil {
 		v.stop()
 		<-v.done
@@ -377,6 +356,11 @@ func (s *Sink) clusterOpen(ctx context.Context) error {
 	if s.opts.Cluster == "" {
 		return nil
 	}
+	if _, shards, err := s.shardOf(ctx); err != nil {
+		return err
+	} else if shards > 1 {
+		return errShards(s.opts.Cluster, shards)
+	}
 	c, err := openCoord(s.opts.ZooKeeper, s.opts.Cluster, s.opts.Database, s.log)
 	if err != nil {
 		return err
@@ -387,8 +371,11 @@ func (s *Sink) clusterOpen(ctx context.Context) error {
 	return nil
 }
 
-// describeServers is for errors and logs.
-func (v *servers) String() string { return fmt.Sprint(v.addrs) }
+// errShards refuses a cluster of several shards (docs/clickhouse.md,
+// "Limits").
+func errShards(cluster string, shards uint32) error {
+	return fmt.Errorf("clickhouse: cluster %s has %d shards: sluice writes a cluster of one shard (its replicas) so far; name a cluster of one shard in cluster, or write each shard as a destination of its own", cluster, shards)
+}
 
 // isReady reports whether sluice's tables were set up by this sink.
 func (s *Sink) isReady() bool {

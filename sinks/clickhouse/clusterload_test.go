@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,5 +315,16 @@ func skipUnderRace(t *testing.T) {
 	t.Helper()
 	if raceOn {
 		t.Skip("the cluster suites run in the pass without the race detector")
+	}
+}
+
+// TestClusterShardsRefused: a cluster of several shards is refused when
+// the sink connects, naming the remedy.
+func TestClusterShardsRefused(t *testing.T) {
+	c := chtest.SharedCluster(t)
+	_, err := Open(context.Background(), Options{Addr: c.ShardAddrs, Database: "default", Cluster: c.ShardedName,
+		ZooKeeper: []string{c.ZooKeeper}, DialTimeout: 5 * time.Second, CleanupEvery: -1})
+	if err == nil || !strings.Contains(err.Error(), "has 2 shards") || !strings.Contains(err.Error(), "one shard") {
+		t.Fatalf("Open on the sharded cluster: %v, want a refusal naming its 2 shards", err)
 	}
 }

@@ -388,7 +388,7 @@ func (s *Sink) stageSQL(ctx context.Context, stage, table string) (string, error
 	if sortingKey != "" {
 		order = "(" + sortingKey + ")"
 	}
-	return stmt + " ORDER BY " + order + " SETTINGS max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1", nil
+	return stmt + " ORDER BY " + order + " SETTINGS max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1, parts_to_delay_insert = 1000000, parts_to_throw_insert = 1000000", nil
 }
 
 // columnDef renders a column of a new table, its comment going to cm; own

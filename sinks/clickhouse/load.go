@@ -66,8 +66,8 @@ type load struct {
 	leases map[string]heldLease
 
 	// On a cluster (zkcommit.go): the version of the load's node as this
-	// process created it, the owner it names, and the ledger row once the
-	// commit's multi was sent.
+	// process created it (0: a node is created at version 0), the owner it
+	// names, and the ledger row once the commit's multi was sent.
 	zkVersion int32
 	zkOwner   string
 	zkRow     *ledgerRow
@@ -634,6 +634,18 @@ func (s *Sink) resolve(ctx context.Context, l *load) error {
 		}
 		return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
 	case undiscarded:
+		if s.zk != nil {
+			// A commit whose outcome was settled earlier may still have
+			// landed (dropLoad refuses a committed node): publish it then.
+			rec, err := s.zk.fenceLoad(l.enc)
+			if err != nil {
+				return err
+			}
+			if rec != nil {
+				l.zkRow, l.todo = rec.Row, unpublished
+				return s.resolve(ctx, l)
+			}
+		}
 		return s.dropLoad(ctx, l)
 	}
 	return nil

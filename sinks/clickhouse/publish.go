@@ -29,6 +29,19 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 		if err != nil {
 			return err
 		}
+		if len(pids) == 0 {
+			// No partition: nothing staged (a replacement with no rows), or
+			// recovery renamed the table and publishes it now, when it is
+			// for it to drop the marker (and the load's node).
+			ages, err := s.objectAges(ctx, stage)
+			if err != nil {
+				return err
+			}
+			if _, ok := ages[stage]; !ok {
+				s.log.Info("publication of load taken over by recovery", "load", l.meta.LoadID, "table", table)
+				return nil
+			}
+		}
 		listed := l.replace[table]
 		steps := make([]func() error, 0, len(listed)+len(pids))
 		for _, pid := range listed {

@@ -175,6 +175,21 @@ func (s *Sink) resetAt(ctx context.Context, flows []string) (time.Time, error) {
 	if err := rows.Err(); err != nil {
 		return time.Time{}, fmt.Errorf("clickhouse: reset: read ledger: %w", err)
 	}
+	if s.zk != nil && s.opts.Pipeline != "" {
+		// On a cluster the heads are ZooKeeper's; a replica may not show the
+		// newest ledger rows yet.
+		for _, f := range flows {
+			heads, _, err := s.zk.heads(s.opts.Pipeline, f, nil)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("clickhouse: reset: %w", err)
+			}
+			for _, h := range heads {
+				if last := time.UnixMicro(h.At).UTC(); !at.After(last) {
+					at = last.Add(time.Microsecond)
+				}
+			}
+		}
+	}
 	return at, nil
 }
 

@@ -22,7 +22,10 @@ const scanKeysRows = 64 << 10
 // ScanKeys implements sinks.KeyScanner for CDC targets: one query through
 // the target's view (its logical content), read as the server streams it.
 func (s *Sink) ScanKeys(ctx context.Context, table string, cols []string, where sinks.KeyFilter, fn func(*batch.Batch) error) error {
-	if ss := s.cdcServer(ctx, table); ss != nil {
+	if ss, err := s.cdcServer(ctx, table); err != nil || ss != nil {
+		if err != nil {
+			return err
+		}
 		return ss.ScanKeys(ctx, table, cols, where, fn)
 	}
 	ct, err := s.cdcInfo(ctx, table)

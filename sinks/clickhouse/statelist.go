@@ -12,7 +12,10 @@ var _ sinks.StateLister = (*Sink)(nil)
 // StateKeys pages through the keys of a CDC target's state in
 // _sluice_cdc_state, in key order, as of the last committed load.
 func (s *Sink) StateKeys(ctx context.Context, table, after string, limit int) ([]string, error) {
-	if ss := s.cdcServer(ctx, table); ss != nil {
+	if ss, err := s.cdcServer(ctx, table); err != nil || ss != nil {
+		if err != nil {
+			return nil, err
+		}
 		return ss.StateKeys(ctx, table, after, limit)
 	}
 	if _, err := s.GetState(ctx, table, nil); err != nil { // settles the target's committed loads

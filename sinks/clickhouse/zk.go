@@ -55,7 +55,7 @@ func openCoord(addrs []string, cluster, database string, log *slog.Logger) (*coo
 	for _, dir := range []string{"/sluice", path.Dir(c.root), c.root, c.root + "/loads", c.root + "/heads"} {
 		if err := c.ensure(dir); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("clickhouse: zookeeper %v: create %s: %w", addrs, dir, err)
+			return nil, zkErr(fmt.Sprintf("%v: create %s", addrs, dir), err)
 		}
 	}
 	return c, nil
@@ -288,6 +288,29 @@ func (c *coord) multi(ops []zkOp) (multiOutcome, error) {
 		return multiStale, err // not said which: the caller reads again
 	}
 	return multiUnknown, zkErr("commit", err)
+}
+
+// maxMulti bounds the data of one commit's multi: ZooKeeper refuses a
+// request above jute.maxbuffer (1 MB by default) by dropping the
+// connection, which would read as an unknown outcome for ever.
+const maxMulti = 900 << 10
+
+// multiSize is what a multi's operations carry: paths and data.
+func multiSize(ops []zkOp) int {
+	n := 0
+	for _, o := range ops {
+		switch r := o.op.(type) {
+		case *zk.SetDataRequest:
+			n += len(r.Path) + len(r.Data) + 16
+		case *zk.CreateRequest:
+			n += len(r.Path) + len(r.Data) + 32
+		case *zk.CheckVersionRequest:
+			n += len(r.Path) + 8
+		case *zk.DeleteRequest:
+			n += len(r.Path) + 8
+		}
+	}
+	return n
 }
 
 // zkErr wraps a ZooKeeper failure: a lost connection or session and an

@@ -178,10 +178,17 @@ func (s *Sink) commitZK(ctx context.Context, l *load, c sinks.Commit) error {
 		if !ok || h.fencePath == "" {
 			continue
 		}
-		if h.server != s.server {
-			return fail(chsql.Transient("clickhouse: commit load %s: the lease of %s goes through server %q, not %s; retry", l.meta.LoadID, table, h.server, s.server))
+		// The lease as it is now: its server may have stopped answering,
+		// and another caught up, since the load began.
+		if s.parent != nil {
+			if cur, ok := s.parent.heldLease(table); !ok || cur.generation != h.generation || cur.server != s.server {
+				return fail(chsql.Transient("clickhouse: commit load %s: the lease of %s goes through server %q now, not %s; retry", l.meta.LoadID, table, cur.server, s.server))
+			}
 		}
 		ops = append(ops, zkOp{&zk.CheckVersionRequest{Path: h.fencePath, Version: h.fenceVersion}, multiLease})
+	}
+	if size := multiSize(ops); size > maxMulti {
+		return fail(fmt.Errorf("clickhouse: commit load %s of flow %s: its commit record is %d bytes, above the %d that one ZooKeeper request carries: load fewer files or partitions per batch", l.meta.LoadID, flow, size, maxMulti))
 	}
 	l.zkRow = &row
 	outcome, err := s.zk.multi(ops)

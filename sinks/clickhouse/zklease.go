@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,10 +59,10 @@ func (s *Sink) acquireZK(ctx context.Context, table, holder string, ttl time.Dur
 		}
 		return err
 	}
-	if !took {
-		h.server = mine.server
-	}
 	s.mu.Lock()
+	if cur, ok := s.leases[table]; ok && !took {
+		h.server = cur.server // as of now: a failure may have dropped it meanwhile
+	}
 	s.leases[table] = h
 	s.mu.Unlock()
 	if took {
@@ -77,6 +78,7 @@ func (s *Sink) acquireZK(ctx context.Context, table, holder string, ttl time.Dur
 		return err
 	}
 	if err := ss.catchUp(ctx, table); err != nil {
+		s.srv.failed(ss.server, err)
 		return err
 	}
 	s.mu.Lock()
@@ -95,9 +97,6 @@ func (c *coord) takeLease(table, holder string, ttl time.Duration, mine heldLeas
 	lp := c.leasePath(table)
 	fp := lp + "/fence"
 	for range 10 {
-		if err := c.ensure(c.root + "/leases"); err != nil {
-			return heldLease{}, false, zkErr("create leases folder", err)
-		}
 		n, err := c.get(lp)
 		if err != nil {
 			return heldLease{}, false, err
@@ -130,6 +129,9 @@ func (c *coord) takeLease(table, holder string, ttl time.Duration, mine heldLeas
 		}
 		data, _ := json.Marshal(next)
 		if !n.found {
+			if err := c.ensure(c.root + "/leases"); err != nil {
+				return heldLease{}, false, zkErr("create leases folder", err)
+			}
 			if _, err := c.conn.Create(lp, data, 0, zk.WorldACL(zk.PermAll)); errors.Is(err, zk.ErrNodeExists) {
 				continue
 			} else if err != nil {
@@ -246,38 +248,90 @@ func (s *Sink) catchUp(ctx context.Context, table string) error {
 			return chsql.Transient("clickhouse: take over %s: its committed load %s is not published yet (staged on %s); waiting for that server's recovery", table, enc, rec.Server)
 		}
 	}
-	return s.replicated(ctx, physName(table), cdcStateTable)
+	// A replica copies a new log entry (the last attach) within moments:
+	// wait that long before saying it is behind.
+	deadline := time.Now().Add(catchUpWait)
+	for {
+		err := s.replicated(ctx, physName(table), cdcStateTable)
+		var te *chsql.TransientError
+		if err == nil || !errors.As(err, &te) || time.Now().After(deadline) {
+			return err
+		}
+		if err := chsql.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
+
+// catchUpWait bounds how long catchUp waits for a replica that is behind
+// before it returns the retryable error saying so.
+const catchUpWait = 5 * time.Second
 
 // replicated returns a retryable error until this server's replicas of
 // the tables have copied every entry of their replication log and fetched
 // every part it names (merges may be pending: they change no content).
+// The log and the replica's pointer into it are read from ZooKeeper by the
+// sink's own session, after every commit it saw: system.replicas says
+// log_max_index 0 both for an empty log and for one entry.
 func (s *Sink) replicated(ctx context.Context, tables ...string) error {
 	args := []any{s.opts.Database}
 	for _, t := range tables {
 		args = append(args, t)
 	}
-	rows, err := s.conn.Query(ctx, "SELECT table, log_pointer, log_max_index, is_readonly FROM system.replicas WHERE database = ? AND table IN ("+
+	rows, err := s.conn.Query(ctx, "SELECT table, zookeeper_path, replica_path, is_readonly FROM system.replicas WHERE database = ? AND table IN ("+
 		chsql.Placeholders(len(tables))+")", args...)
 	if err != nil {
 		return fmt.Errorf("clickhouse: read replication of %v: %w", tables, err)
 	}
-	var behind []string
+	type replica struct {
+		table, zkPath, path string
+		readOnly            uint8
+	}
+	var reps []replica
 	for rows.Next() {
-		var t string
-		var ptr, top uint64
-		var ro uint8
-		if err := rows.Scan(&t, &ptr, &top, &ro); err != nil {
+		var r replica
+		if err := rows.Scan(&r.table, &r.zkPath, &r.path, &r.readOnly); err != nil {
 			rows.Close()
 			return fmt.Errorf("clickhouse: read replication of %v: %w", tables, err)
 		}
-		if ro != 0 || ptr <= top && top > 0 {
-			behind = append(behind, fmt.Sprintf("%s (log %d of %d, read-only %d)", t, ptr, top+1, ro))
-		}
+		reps = append(reps, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("clickhouse: read replication of %v: %w", tables, err)
+	}
+	var behind []string
+	for _, r := range reps {
+		if r.readOnly != 0 {
+			behind = append(behind, r.table+" is read-only (no ZooKeeper session)")
+			continue
+		}
+		entries, _, err := s.zk.conn.Children(r.zkPath + "/log")
+		if errors.Is(err, zk.ErrNoNode) {
+			// The servers' ZooKeeper has a root of its own (a chroot):
+			// their paths are not this session's.
+			return fmt.Errorf("clickhouse: the replication log of %s is not at %s/log in zookeeper %v: give zookeeper the servers' own ensemble, without a root of its own", r.table, r.zkPath, s.opts.ZooKeeper)
+		}
+		if err != nil {
+			return zkErr("read the replication log of "+r.table, err)
+		}
+		top := int64(-1)
+		for _, e := range entries {
+			if n, err := strconv.ParseInt(strings.TrimPrefix(e, "log-"), 10, 64); err == nil {
+				top = max(top, n)
+			}
+		}
+		if top < 0 {
+			continue
+		}
+		ptr, err := s.zk.get(r.path + "/log_pointer")
+		if err != nil {
+			return err
+		}
+		at, perr := strconv.ParseInt(strings.TrimSpace(string(ptr.data)), 10, 64)
+		if !ptr.found || perr != nil || at <= top {
+			behind = append(behind, fmt.Sprintf("%s (log copied to %q of %d)", r.table, ptr.data, top+1))
+		}
 	}
 	n, err := s.queryUint(ctx, "SELECT count() FROM system.replication_queue WHERE database = ? AND table IN ("+chsql.Placeholders(len(tables))+
 		") AND type NOT IN ('MERGE_PARTS', 'MUTATE_PART')", args...)
@@ -324,18 +378,24 @@ func (s *Sink) forgetLeaseServer(table, server string) {
 
 // cdcServer returns the sink of the server a held lease's target is read
 // and written through on a cluster; nil elsewhere, or when no lease of
-// the table is held (reads then go to whichever server answers).
-func (s *Sink) cdcServer(ctx context.Context, table string) *Sink {
+// the table is held (reads then go to whichever server answers). While
+// the lease has no server caught up (its server stopped answering), its
+// state is read nowhere: a retryable error says so.
+func (s *Sink) cdcServer(ctx context.Context, table string) (*Sink, error) {
 	if s.srv == nil {
-		return nil
+		return nil, nil
 	}
 	h, ok := s.heldLease(table)
-	if !ok || h.server == "" {
-		return nil
+	if !ok {
+		return nil, nil
+	}
+	if h.server == "" {
+		return nil, chsql.Transient("clickhouse: %s: no server is caught up with the target under its lease yet (the next renewal catches one up); retry", table)
 	}
 	ss, err := s.srv.get(ctx, h.server)
 	if err != nil {
-		return nil
+		s.forgetLeaseServer(table, h.server)
+		return nil, err
 	}
-	return ss
+	return ss, nil
 }
