@@ -92,13 +92,15 @@ func Consume(ctx context.Context, cfg Config, h Handler) error {
 	r.procCtx, cancelProc = context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProc()
 	stopDrain := context.AfterFunc(r.runCtx, func() {
-		if errors.Is(context.Cause(r.runCtx), ErrRevoked) {
-			cancelProc() // its loads could not commit
-			return
-		}
 		time.AfterFunc(cfg.DrainTimeout, cancelProc)
 	})
 	defer stopDrain()
+	stopRevoked := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), ErrRevoked) {
+			cancelProc() // the loads in Process could not commit
+		}
+	})
+	defer stopRevoked()
 
 	if cfg.Exclusive {
 		r.consumeDirect(partitions)
