@@ -336,6 +336,9 @@ func pauseOutsideLock(t testing.TB, p *runProc, lockPath string) time.Time {
 	for attempt := 0; attempt < 50; attempt++ {
 		at := time.Now()
 		p.signal(t, syscall.SIGSTOP)
+		// The signal stops the process asynchronously: until it has,
+		// it may still take the lock.
+		waitFor(t, 5*time.Second, p.name+" stopped", func() bool { return stopped(p.pid) })
 		if free() {
 			return at
 		}
@@ -344,6 +347,18 @@ func pauseOutsideLock(t testing.TB, p *runProc, lockPath string) time.Time {
 	}
 	t.Fatalf("%s held the destination lock at each of 50 pauses", p.name)
 	return time.Time{}
+}
+
+// stopped reports whether process pid is stopped by a signal (state T in
+// /proc/<pid>/stat).
+func stopped(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) state ...", comm as the process named itself.
+	i := strings.LastIndex(string(stat), ") ")
+	return i >= 0 && strings.HasPrefix(string(stat[i+2:]), "T")
 }
 
 // rawCounts returns the rows of the append target raw and how many
