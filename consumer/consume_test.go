@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -430,8 +431,9 @@ func TestInFlightBatchCompletesOnCancel(t *testing.T) {
 		produceN(t, addr, "t", []int32{0}, 50, 10)
 		l := newFakeLedger()
 		entered := make(chan struct{})
+		var once sync.Once // the records may come in more than one batch
 		l.process = func(ctx context.Context, b *RecordBatch) error {
-			close(entered)
+			once.Do(func() { close(entered) })
 			time.Sleep(300 * time.Millisecond)
 			return ctx.Err()
 		}

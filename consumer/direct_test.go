@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,8 +193,9 @@ func TestRevokedCancelsProcess(t *testing.T) {
 		produceN(t, addr, "t", []int32{0}, 10, 10)
 		l := newFakeLedger()
 		entered := make(chan struct{})
+		var once sync.Once // the records may come in more than one batch
 		l.process = func(ctx context.Context, _ *RecordBatch) error {
-			close(entered)
+			once.Do(func() { close(entered) })
 			<-ctx.Done()
 			return ctx.Err()
 		}
