@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -69,6 +70,18 @@ type Config struct {
 	// topic is then an error; otherwise it is waited for, and logged.
 	Bounded bool
 
+	// Exclusive makes Consume read every partition of Topic itself, without
+	// joining the group: the caller guarantees that no other process loads
+	// the topic into the same ledger meanwhile (a CDC target's lease,
+	// docs/operations.md "Several processes"). Reading starts at once, at
+	// the ledger positions, instead of waiting for a rebalance (which waits
+	// for a dead member's session to expire), and ends as soon as ctx is
+	// cancelled. Partitions added to the topic are read once a metadata
+	// refresh, every 10 s, shows them. The offsets processed are still
+	// committed to Group, for lag tools. SessionTimeout, HeartbeatInterval
+	// and RebalanceTimeout do not apply.
+	Exclusive bool
+
 	TLS  *tls.Config
 	SASL *SASL
 
@@ -77,7 +90,8 @@ type Config struct {
 	// (after a ConnectError of an earlier call, the outage is over).
 	Connected func()
 
-	catchUpPoll time.Duration // tests: how often a batch kept filling while behind looks; default catchUpPoll
+	catchUpPoll   time.Duration // tests: how often a batch kept filling while behind looks; default catchUpPoll
+	partitionPoll time.Duration // tests: how often an Exclusive Consume looks for new partitions; default partitionPoll
 }
 
 // SASL holds SASL/PLAIN or SCRAM credentials.
@@ -91,14 +105,31 @@ type SASL struct {
 // partitions and sequentially within one partition.
 type Handler interface {
 	// Positions returns the ledger position (next offset to read) of each of
-	// the given partitions that has one. It is called on every assignment.
+	// the given partitions that has one. It is called on every assignment
+	// (read directly: whenever partitions start being read).
 	Positions(ctx context.Context, topic string, partitions []int32) (map[int32]int64, error)
 	// Process applies one batch and returns once its load is committed (or
-	// abandoned with an error). An error stops Consume. b.Records is reused
+	// abandoned with an error). An error stops Consume, but for one that
+	// wraps ErrMoved. b.Records is reused
 	// for the partition's next batch once Process returns: keep nothing of it
 	// but copies (the Key and Value slices themselves are never reused).
 	Process(ctx context.Context, b *RecordBatch) error
 }
+
+// ErrMoved is what Process returns, wrapped, when the ledger moved on
+// from the batch's From without it: another writer committed the
+// partition, and the batch is dropped. In a group the partition is that
+// writer's now, and the rebalance that ends the session is coming; the
+// claim goes on meanwhile. An Exclusive Consume reads the partition again
+// from its ledger position.
+var ErrMoved = errors.New("the partition moved on in the ledger")
+
+// ErrRevoked, as the cause of Consume's ctx (context.WithCancelCause),
+// stops Consume at once: whoever cancelled it lost the right to load what
+// it reads (a lease taken over). The context of the batches in Process is
+// cancelled too, and partial batches are dropped, not flushed; Consume
+// returns nil (or the error of a Process that failed before).
+var ErrRevoked = errors.New("consuming revoked")
 
 // Busy is implemented by a Handler that can say when it cannot take a batch
 // yet (its pipeline is full). A batch whose MaxWait elapses while Busy
@@ -117,7 +148,7 @@ type Busy interface {
 type RecordBatch struct {
 	Topic      string
 	Partition  int32
-	Generation int32 // consumer group generation of this assignment
+	Generation int32 // consumer group generation of this assignment; 0 when read directly (Exclusive)
 	// From is the position this batch continues from: the ledger position on
 	// the first batch of an assignment (-1 when the ledger had none), then
 	// the Next of the previous batch.

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -34,12 +35,32 @@ const catchUpPoll = 2 * maxProcessingTime
 // partition.
 const maxHeldBatches = 4
 
+// session is what a claim loop needs of the assignment its partition is
+// read in: a group session (sarama.ConsumerGroupSession), or a partition
+// read directly (Config.Exclusive, direct.go).
+type session interface {
+	// Context ends when the partition's reading must stop.
+	Context() context.Context
+	GenerationID() int32
+	MarkOffset(topic string, partition int32, offset int64, metadata string)
+}
+
+// claim is what a claim loop reads of its partition: the part of
+// sarama.ConsumerGroupClaim it uses.
+type claim interface {
+	Topic() string
+	Partition() int32
+	InitialOffset() int64
+	HighWaterMarkOffset() int64
+	Messages() <-chan *sarama.ConsumerMessage
+}
+
 // claimLoop is the batching loop of one claim: one partition in one group
-// session.
+// session, or one partition read directly.
 type claimLoop struct {
 	r     *runner
-	sess  sarama.ConsumerGroupSession
-	claim sarama.ConsumerGroupClaim
+	sess  session
+	claim claim
 	topic string
 	p     int32
 
@@ -63,9 +84,14 @@ type claimLoop struct {
 	first    int
 	finished bool
 	quiet    int // probe ticks without a record
+
+	// moved is set when Process found the partition moved on in the
+	// ledger without the batch (ErrMoved) and the partition is read
+	// directly: it is read again from the ledger.
+	moved bool
 }
 
-func newClaimLoop(r *runner, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim, from int64) *claimLoop {
+func newClaimLoop(r *runner, sess session, claim claim, from int64) *claimLoop {
 	return &claimLoop{
 		r:       r,
 		sess:    sess,
@@ -312,8 +338,21 @@ func (l *claimLoop) flush() bool {
 	}
 	start := time.Now()
 	if err := l.r.h.Process(l.r.procCtx, b); err != nil {
-		l.r.fail(fmt.Errorf("consumer: process %s/%d from offset %d: %w", l.topic, l.p, l.recs[0].Offset, err))
-		return false
+		if !errors.Is(err, ErrMoved) {
+			l.r.fail(fmt.Errorf("consumer: process %s/%d from offset %d: %w", l.topic, l.p, l.recs[0].Offset, err))
+			return false
+		}
+		if l.r.direct != nil {
+			// Nothing ends this reading for us: read the partition
+			// again from where the ledger is.
+			l.r.log.Info("consumer: partition moved on in the ledger without this batch; reading it again from the ledger",
+				"partition", l.p, "from", b.From, "next", b.Next)
+			l.moved = true
+			l.reset()
+			return false
+		}
+		// In a group, the member the partition went to commits it: the
+		// rebalance that ends this session is on its way.
 	}
 	l.r.log.Debug("consumer: batch processed", "partition", l.p, "from", b.From, "next", b.Next,
 		"rows", len(b.Records), "bytes", b.Bytes, "duration", time.Since(start))

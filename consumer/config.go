@@ -153,9 +153,25 @@ func baseConfig(clientID string, tlsCfg *tls.Config, sc *SASL) *sarama.Config {
 	return conf
 }
 
-// saramaConfig is the consumer group config of Consume.
+// saramaConfig is the client config of Consume: a group member's, or for
+// an Exclusive Consume, a reader's without a group.
 func (c Config) saramaConfig() *sarama.Config {
 	conf := baseConfig(c.ClientID, c.TLS, c.SASL)
+	// The offset after each processed batch is marked and committed in the
+	// background every commitInterval, and when the reading ends; the
+	// ledger, not these offsets, decides where a partition starts. A
+	// synchronous commit would block the partition's loop: sarama sends a
+	// broker's requests one at a time, so it waits behind the fetch
+	// long-poll.
+	conf.Consumer.Offsets.AutoCommit.Enable = true
+	conf.Consumer.Offsets.AutoCommit.Interval = commitInterval
+	conf.Consumer.Offsets.Initial = sarama.OffsetOldest
+	if c.Start == "latest" {
+		conf.Consumer.Offsets.Initial = sarama.OffsetNewest
+	}
+	if c.Exclusive {
+		return conf // no group session: the timeouts below do not apply
+	}
 	conf.Consumer.Group.Session.Timeout = c.SessionTimeout
 	conf.Consumer.Group.Heartbeat.Interval = c.HeartbeatInterval
 	conf.Consumer.Group.Rebalance.Timeout = c.RebalanceTimeout
@@ -169,17 +185,6 @@ func (c Config) saramaConfig() *sarama.Config {
 	// before any record is read. Cooperative rebalancing keeps claims across
 	// generations and starts added ones without a hook to seek them first.
 	conf.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
-	// The offset after each processed batch is marked and committed in the
-	// background every commitInterval, and when the session ends; the ledger,
-	// not these offsets, decides where a partition starts. A synchronous
-	// commit would block the partition's loop: sarama sends a broker's
-	// requests one at a time, so it waits behind the fetch long-poll.
-	conf.Consumer.Offsets.AutoCommit.Enable = true
-	conf.Consumer.Offsets.AutoCommit.Interval = commitInterval
-	conf.Consumer.Offsets.Initial = sarama.OffsetOldest
-	if c.Start == "latest" {
-		conf.Consumer.Offsets.Initial = sarama.OffsetNewest
-	}
 	return conf
 }
 

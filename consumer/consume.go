@@ -84,6 +84,29 @@ func Consume(ctx context.Context, cfg Config, h Handler) error {
 		}
 	}
 
+	var cancelRun context.CancelFunc
+	r.runCtx, cancelRun = context.WithCancel(ctx)
+	r.cancelRun = cancelRun
+	defer cancelRun()
+	var cancelProc context.CancelFunc
+	r.procCtx, cancelProc = context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProc()
+	stopDrain := context.AfterFunc(r.runCtx, func() {
+		time.AfterFunc(cfg.DrainTimeout, cancelProc)
+	})
+	defer stopDrain()
+	stopRevoked := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), ErrRevoked) {
+			cancelProc() // the loads in Process could not commit
+		}
+	})
+	defer stopRevoked()
+
+	if cfg.Exclusive {
+		r.consumeDirect(partitions)
+		return r.failure()
+	}
+
 	group, err := sarama.NewConsumerGroupFromClient(cfg.Group, client)
 	if err != nil {
 		return fmt.Errorf("consumer: group %s: %w", cfg.Group, err)
@@ -96,18 +119,6 @@ func Consume(ctx context.Context, cfg Config, h Handler) error {
 			r.log.Warn("consumer: kafka error", "error", err)
 		}
 	}()
-
-	var cancelRun context.CancelFunc
-	r.runCtx, cancelRun = context.WithCancel(ctx)
-	r.cancelRun = cancelRun
-	defer cancelRun()
-	var cancelProc context.CancelFunc
-	r.procCtx, cancelProc = context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelProc()
-	stopDrain := context.AfterFunc(r.runCtx, func() {
-		time.AfterFunc(cfg.DrainTimeout, cancelProc)
-	})
-	defer stopDrain()
 
 	r.consumeLoop()
 
@@ -170,7 +181,8 @@ type runner struct {
 	h      Handler
 	log    *slog.Logger
 	client sarama.Client
-	group  sarama.ConsumerGroup
+	group  sarama.ConsumerGroup // nil when reading directly
+	direct *direct              // an Exclusive Consume's partitions; nil in a group
 
 	// runCtx ends the group sessions: on ctx cancellation, on the first
 	// error, and in bounded mode when every partition is done. procCtx is
@@ -347,8 +359,13 @@ func (r *runner) consumeLoop() {
 	}
 }
 
-// fail records the first error and ends the run.
+// fail records the first error and ends the run. An error after ErrRevoked
+// is only its consequence (a Process whose context it cancelled).
 func (r *runner) fail(err error) {
+	if errors.Is(context.Cause(r.runCtx), ErrRevoked) {
+		r.log.Debug("consumer: stopped after its reading was revoked", "error", err)
+		return
+	}
 	r.mu.Lock()
 	if r.err == nil {
 		r.err = err
@@ -445,7 +462,11 @@ func (r *runner) markDone(p int32) {
 		all = all && r.done[q]
 	}
 	r.mu.Unlock()
-	r.group.Pause(map[string][]int32{r.cfg.Topic: {p}})
+	if r.direct != nil {
+		r.direct.pause(p)
+	} else {
+		r.group.Pause(map[string][]int32{r.cfg.Topic: {p}})
+	}
 	if !first {
 		return
 	}
@@ -464,8 +485,8 @@ func (r *runner) isDone(p int32) bool {
 
 // flushOnExit reports whether a claim that is ending should still process
 // its partial batch: yes when Consume is stopping without error (nothing is
-// left to redo), no on a rebalance or an error (the next owner re-reads the
-// records from the ledger position).
+// left to redo), no on a rebalance, an error or ErrRevoked (the next owner
+// re-reads the records from the ledger position).
 func (r *runner) flushOnExit() bool {
-	return r.runCtx.Err() != nil && r.failure() == nil
+	return r.runCtx.Err() != nil && r.failure() == nil && !errors.Is(context.Cause(r.runCtx), ErrRevoked)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,58 +16,61 @@ import (
 )
 
 func TestConsumeBounded(t *testing.T) {
-	const n = 500
-	all := map[int32]int64{0: n, 1: n, 2: n}
-	zero := map[int32]int64{0: 0, 1: 0, 2: 0}
-	cases := []struct {
-		name     string
-		produce  bool
-		ledger   map[int32]int64 // preset positions
-		start    string
-		wantFrom map[int32]int64 // first offset expected processed
-		wantTo   map[int32]int64 // processed up to
-	}{
-		{name: "from the start", produce: true, wantFrom: zero, wantTo: all},
-		{name: "seeks to ledger positions", produce: true,
-			ledger:   map[int32]int64{0: 100, 2: 499},
-			wantFrom: map[int32]int64{0: 100, 1: 0, 2: 499}, wantTo: all},
-		{name: "ledger at the end", produce: true,
-			ledger: map[int32]int64{0: n, 1: n, 2: n}, wantFrom: all, wantTo: all},
-		{name: "empty topic", wantFrom: map[int32]int64{}, wantTo: map[int32]int64{}},
-		{name: "start latest without positions", produce: true, start: "latest",
-			wantFrom: map[int32]int64{}, wantTo: map[int32]int64{}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			addr := startBroker(t, map[string]int32{"orders": 3})
-			if tc.produce {
-				produceN(t, addr, "orders", []int32{0, 1, 2}, n, 50)
-			}
-			l := newFakeLedger()
-			for p, at := range tc.ledger {
-				l.pos[p] = at
-			}
-			cfg := testConfig(t, addr, "orders")
-			cfg.Bounded = true
-			cfg.MaxRows = 64
-			cfg.Start = tc.start
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			start := time.Now()
-			if err := Consume(ctx, cfg, l); err != nil {
-				t.Fatalf("Consume: %v", err)
-			}
-			t.Logf("bounded consume took %v", time.Since(start))
-			l.checkExactlyOnce(t, tc.wantFrom, filterProcessed(tc.wantFrom, tc.wantTo))
-			for p, want := range tc.wantTo {
-				if tc.wantFrom[p] < want {
-					if got := l.positionsNow()[p]; got != want {
-						t.Errorf("partition %d ledger at %d, want %d", p, got, want)
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		const n = 500
+		all := map[int32]int64{0: n, 1: n, 2: n}
+		zero := map[int32]int64{0: 0, 1: 0, 2: 0}
+		cases := []struct {
+			name     string
+			produce  bool
+			ledger   map[int32]int64 // preset positions
+			start    string
+			wantFrom map[int32]int64 // first offset expected processed
+			wantTo   map[int32]int64 // processed up to
+		}{
+			{name: "from the start", produce: true, wantFrom: zero, wantTo: all},
+			{name: "seeks to ledger positions", produce: true,
+				ledger:   map[int32]int64{0: 100, 2: 499},
+				wantFrom: map[int32]int64{0: 100, 1: 0, 2: 499}, wantTo: all},
+			{name: "ledger at the end", produce: true,
+				ledger: map[int32]int64{0: n, 1: n, 2: n}, wantFrom: all, wantTo: all},
+			{name: "empty topic", wantFrom: map[int32]int64{}, wantTo: map[int32]int64{}},
+			{name: "start latest without positions", produce: true, start: "latest",
+				wantFrom: map[int32]int64{}, wantTo: map[int32]int64{}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				addr := startBroker(t, map[string]int32{"orders": 3})
+				if tc.produce {
+					produceN(t, addr, "orders", []int32{0, 1, 2}, n, 50)
+				}
+				l := newFakeLedger()
+				for p, at := range tc.ledger {
+					l.pos[p] = at
+				}
+				cfg := testConfig(t, addr, "orders")
+				cfg.Exclusive = exclusive
+				cfg.Bounded = true
+				cfg.MaxRows = 64
+				cfg.Start = tc.start
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				start := time.Now()
+				if err := Consume(ctx, cfg, l); err != nil {
+					t.Fatalf("Consume: %v", err)
+				}
+				t.Logf("bounded consume took %v", time.Since(start))
+				l.checkExactlyOnce(t, tc.wantFrom, filterProcessed(tc.wantFrom, tc.wantTo))
+				for p, want := range tc.wantTo {
+					if tc.wantFrom[p] < want {
+						if got := l.positionsNow()[p]; got != want {
+							t.Errorf("partition %d ledger at %d, want %d", p, got, want)
+						}
 					}
 				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // filterProcessed drops partitions where nothing is expected.
@@ -173,38 +177,41 @@ func TestBatchMaxWait(t *testing.T) {
 // (run) the records that cannot fill a batch come last, in batches closed
 // at MaxWait.
 func TestBatchFillsWhileBehind(t *testing.T) {
-	for _, bounded := range []bool{true, false} {
-		t.Run(fmt.Sprintf("bounded=%v", bounded), func(t *testing.T) {
-			addr := startBroker(t, map[string]int32{"t": 1})
-			produceN(t, addr, "t", []int32{0}, 70_000, 100)
-			l := newFakeLedger()
-			cfg := testConfig(t, addr, "t")
-			cfg.Bounded = bounded
-			cfg.MaxRows = 20_000
-			cfg.MaxWait = time.Millisecond    // passes many times while a batch is read
-			cfg.catchUpPoll = 5 * time.Second // no stall of a busy machine closes a batch early
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			wait := runConsume(ctx, cfg, l)
-			if !bounded {
-				waitFor(t, 20*time.Second, "every record", func() bool { return l.rowCount() == 70_000 })
-				cancel()
-			}
-			if err := wait(t); err != nil {
-				t.Fatal(err)
-			}
-			var rows []int
-			for _, b := range l.batchList() {
-				rows = append(rows, b.Rows)
-			}
-			if bounded && !slices.Equal(rows, []int{10_000, 20_000, 20_000, 20_000}) {
-				t.Fatalf("batches of %v rows, want [10000 20000 20000 20000]", rows)
-			}
-			if !bounded && (len(rows) < 4 || !slices.Equal(rows[:3], []int{20_000, 20_000, 20_000})) {
-				t.Fatalf("batches of %v rows, want three of 20000, then the last 10000", rows)
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		for _, bounded := range []bool{true, false} {
+			t.Run(fmt.Sprintf("bounded=%v", bounded), func(t *testing.T) {
+				addr := startBroker(t, map[string]int32{"t": 1})
+				produceN(t, addr, "t", []int32{0}, 70_000, 100)
+				l := newFakeLedger()
+				cfg := testConfig(t, addr, "t")
+				cfg.Exclusive = exclusive
+				cfg.Bounded = bounded
+				cfg.MaxRows = 20_000
+				cfg.MaxWait = time.Millisecond    // passes many times while a batch is read
+				cfg.catchUpPoll = 5 * time.Second // no stall of a busy machine closes a batch early
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				wait := runConsume(ctx, cfg, l)
+				if !bounded {
+					waitFor(t, 20*time.Second, "every record", func() bool { return l.rowCount() == 70_000 })
+					cancel()
+				}
+				if err := wait(t); err != nil {
+					t.Fatal(err)
+				}
+				var rows []int
+				for _, b := range l.batchList() {
+					rows = append(rows, b.Rows)
+				}
+				if bounded && !slices.Equal(rows, []int{10_000, 20_000, 20_000, 20_000}) {
+					t.Fatalf("batches of %v rows, want [10000 20000 20000 20000]", rows)
+				}
+				if !bounded && (len(rows) < 4 || !slices.Equal(rows[:3], []int{20_000, 20_000, 20_000})) {
+					t.Fatalf("batches of %v rows, want three of 20000, then the last 10000", rows)
+				}
+			})
+		}
+	})
 }
 
 // TestBoundedRemainderFirst checks that a bounded read starting from a
@@ -274,159 +281,175 @@ type hwmClaim struct {
 func (c *hwmClaim) HighWaterMarkOffset() int64 { return c.hwm }
 
 func TestGroupOffsetsCommittedAfterProcess(t *testing.T) {
-	addr := startBroker(t, map[string]int32{"t": 1})
-	produceN(t, addr, "t", []int32{0}, 300, 10)
-	l := newFakeLedger()
-	release := make(chan struct{})
-	inSecond := make(chan struct{})
-	calls := 0
-	l.process = func(ctx context.Context, b *RecordBatch) error {
-		calls++
-		if calls == 2 {
-			close(inSecond)
-			<-release
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		addr := startBroker(t, map[string]int32{"t": 1})
+		produceN(t, addr, "t", []int32{0}, 300, 10)
+		l := newFakeLedger()
+		release := make(chan struct{})
+		inSecond := make(chan struct{})
+		calls := 0
+		l.process = func(ctx context.Context, b *RecordBatch) error {
+			calls++
+			if calls == 2 {
+				close(inSecond)
+				<-release
+			}
+			return nil
 		}
-		return nil
-	}
-	cfg := testConfig(t, addr, "t")
-	cfg.Bounded = true
-	cfg.MaxRows = 100
-	wait := runConsume(context.Background(), cfg, l)
+		cfg := testConfig(t, addr, "t")
+		cfg.Exclusive = exclusive
+		cfg.Bounded = true
+		cfg.MaxRows = 100
+		wait := runConsume(context.Background(), cfg, l)
 
-	<-inSecond
-	lagOf := func() int64 {
+		<-inSecond
+		lagOf := func() int64 {
+			lag, err := Lag(context.Background(), []string{addr}, cfg.Group, "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return lag[0]
+		}
+		// The first batch's offset is committed in the background; the second
+		// batch's must not be while it is in Process.
+		waitFor(t, 5*time.Second, "the first batch's commit", func() bool { return lagOf() == 200 })
+		time.Sleep(commitInterval + 500*time.Millisecond)
+		if lag := lagOf(); lag != 200 {
+			t.Errorf("lag while the second batch is in Process: %d, want 200", lag)
+		}
+		close(release)
+		if err := wait(t); err != nil {
+			t.Fatal(err)
+		}
+		if lag := lagOf(); lag != 0 {
+			t.Errorf("lag after the bounded run: %d, want 0", lag)
+		}
+	})
+}
+
+func TestProcessErrorStopsConsume(t *testing.T) {
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		errBoom := errors.New("boom")
+		for _, bounded := range []bool{true, false} {
+			name := "continuous"
+			if bounded {
+				name = "bounded"
+			}
+			t.Run(name, func(t *testing.T) {
+				addr := startBroker(t, map[string]int32{"t": 2})
+				produceN(t, addr, "t", []int32{0, 1}, 200, 10)
+				l := newFakeLedger()
+				l.process = func(_ context.Context, b *RecordBatch) error {
+					if b.Partition == 1 && b.From >= 0 {
+						return errBoom
+					}
+					return nil
+				}
+				cfg := testConfig(t, addr, "t")
+				cfg.Exclusive = exclusive
+				cfg.Bounded = bounded
+				cfg.MaxRows = 50
+				err := runConsume(context.Background(), cfg, l)(t)
+				if !errors.Is(err, errBoom) {
+					t.Fatalf("Consume returned %v, want boom", err)
+				}
+				if !strings.Contains(err.Error(), "t/1") {
+					t.Errorf("error %q does not name the partition t/1", err)
+				}
+				if got := l.positionsNow()[1]; got != 50 {
+					t.Errorf("partition 1 ledger at %d, want 50 (the failed batch not applied)", got)
+				}
+			})
+		}
+	})
+}
+
+func TestPositionsErrorStopsConsume(t *testing.T) {
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		errDown := errors.New("destination down")
+		addr := startBroker(t, map[string]int32{"t": 1})
+		produceN(t, addr, "t", []int32{0}, 10, 10)
+		l := newFakeLedger()
+		calls := 0
+		l.positions = func([]int32) error {
+			// The bounded pre-check asks first; fail on the group assignment.
+			if calls++; calls > 1 {
+				return errDown
+			}
+			return nil
+		}
+		cfg := testConfig(t, addr, "t")
+		cfg.Exclusive = exclusive
+		cfg.Bounded = true
+		err := runConsume(context.Background(), cfg, l)(t)
+		if !errors.Is(err, errDown) {
+			t.Fatalf("Consume returned %v, want the Positions error", err)
+		}
+		if l.rowCount() != 0 {
+			t.Errorf("%d rows processed without positions", l.rowCount())
+		}
+	})
+}
+
+func TestContinuousCancelFlushesPartialBatch(t *testing.T) {
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		addr := startBroker(t, map[string]int32{"t": 2})
+		l := newFakeLedger()
+		cfg := testConfig(t, addr, "t")
+		cfg.Exclusive = exclusive
+		cfg.MaxRows = 100
+		cfg.MaxWait = time.Minute
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		wait := runConsume(ctx, cfg, l)
+
+		produceN(t, addr, "t", []int32{0, 1}, 100, 10) // one full batch each
+		waitFor(t, 10*time.Second, "the full batches", func() bool { return l.rowCount() == 200 })
+		produceN(t, addr, "t", []int32{0, 1}, 30, 10) // partial batches, held by MaxWait
+		time.Sleep(time.Second)
+		if got := l.rowCount(); got != 200 {
+			t.Fatalf("%d rows processed before cancel, want 200 (partials held)", got)
+		}
+		cancel()
+		if err := wait(t); err != nil {
+			t.Fatalf("Consume after cancel: %v", err)
+		}
+		l.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 130, 1: 130})
 		lag, err := Lag(context.Background(), []string{addr}, cfg.Group, "t")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return lag[0]
-	}
-	// The first batch's offset is committed in the background; the second
-	// batch's must not be while it is in Process.
-	waitFor(t, 5*time.Second, "the first batch's commit", func() bool { return lagOf() == 200 })
-	time.Sleep(commitInterval + 500*time.Millisecond)
-	if lag := lagOf(); lag != 200 {
-		t.Errorf("lag while the second batch is in Process: %d, want 200", lag)
-	}
-	close(release)
-	if err := wait(t); err != nil {
-		t.Fatal(err)
-	}
-	if lag := lagOf(); lag != 0 {
-		t.Errorf("lag after the bounded run: %d, want 0", lag)
-	}
-}
-
-func TestProcessErrorStopsConsume(t *testing.T) {
-	errBoom := errors.New("boom")
-	for _, bounded := range []bool{true, false} {
-		name := "continuous"
-		if bounded {
-			name = "bounded"
+		if lag[0] != 0 || lag[1] != 0 {
+			t.Errorf("lag after shutdown %v, want the flushed batches committed", lag)
 		}
-		t.Run(name, func(t *testing.T) {
-			addr := startBroker(t, map[string]int32{"t": 2})
-			produceN(t, addr, "t", []int32{0, 1}, 200, 10)
-			l := newFakeLedger()
-			l.process = func(_ context.Context, b *RecordBatch) error {
-				if b.Partition == 1 && b.From >= 0 {
-					return errBoom
-				}
-				return nil
-			}
-			cfg := testConfig(t, addr, "t")
-			cfg.Bounded = bounded
-			cfg.MaxRows = 50
-			err := runConsume(context.Background(), cfg, l)(t)
-			if !errors.Is(err, errBoom) {
-				t.Fatalf("Consume returned %v, want boom", err)
-			}
-			if !strings.Contains(err.Error(), "t/1") {
-				t.Errorf("error %q does not name the partition t/1", err)
-			}
-			if got := l.positionsNow()[1]; got != 50 {
-				t.Errorf("partition 1 ledger at %d, want 50 (the failed batch not applied)", got)
-			}
-		})
-	}
-}
-
-func TestPositionsErrorStopsConsume(t *testing.T) {
-	errDown := errors.New("destination down")
-	addr := startBroker(t, map[string]int32{"t": 1})
-	produceN(t, addr, "t", []int32{0}, 10, 10)
-	l := newFakeLedger()
-	calls := 0
-	l.positions = func([]int32) error {
-		// The bounded pre-check asks first; fail on the group assignment.
-		if calls++; calls > 1 {
-			return errDown
-		}
-		return nil
-	}
-	cfg := testConfig(t, addr, "t")
-	cfg.Bounded = true
-	err := runConsume(context.Background(), cfg, l)(t)
-	if !errors.Is(err, errDown) {
-		t.Fatalf("Consume returned %v, want the Positions error", err)
-	}
-	if l.rowCount() != 0 {
-		t.Errorf("%d rows processed without positions", l.rowCount())
-	}
-}
-
-func TestContinuousCancelFlushesPartialBatch(t *testing.T) {
-	addr := startBroker(t, map[string]int32{"t": 2})
-	l := newFakeLedger()
-	cfg := testConfig(t, addr, "t")
-	cfg.MaxRows = 100
-	cfg.MaxWait = time.Minute
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wait := runConsume(ctx, cfg, l)
-
-	produceN(t, addr, "t", []int32{0, 1}, 100, 10) // one full batch each
-	waitFor(t, 10*time.Second, "the full batches", func() bool { return l.rowCount() == 200 })
-	produceN(t, addr, "t", []int32{0, 1}, 30, 10) // partial batches, held by MaxWait
-	time.Sleep(time.Second)
-	if got := l.rowCount(); got != 200 {
-		t.Fatalf("%d rows processed before cancel, want 200 (partials held)", got)
-	}
-	cancel()
-	if err := wait(t); err != nil {
-		t.Fatalf("Consume after cancel: %v", err)
-	}
-	l.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 130, 1: 130})
-	lag, err := Lag(context.Background(), []string{addr}, cfg.Group, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lag[0] != 0 || lag[1] != 0 {
-		t.Errorf("lag after shutdown %v, want the flushed batches committed", lag)
-	}
+	})
 }
 
 func TestInFlightBatchCompletesOnCancel(t *testing.T) {
-	addr := startBroker(t, map[string]int32{"t": 1})
-	produceN(t, addr, "t", []int32{0}, 50, 10)
-	l := newFakeLedger()
-	entered := make(chan struct{})
-	l.process = func(ctx context.Context, b *RecordBatch) error {
-		close(entered)
-		time.Sleep(300 * time.Millisecond)
-		return ctx.Err()
-	}
-	cfg := testConfig(t, addr, "t")
-	ctx, cancel := context.WithCancel(context.Background())
-	wait := runConsume(ctx, cfg, l)
-	<-entered
-	cancel()
-	if err := wait(t); err != nil {
-		t.Fatalf("Consume: %v", err)
-	}
-	if got := l.positionsNow()[0]; got != 50 {
-		t.Errorf("ledger at %d, want 50: the in-flight batch must complete", got)
-	}
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		addr := startBroker(t, map[string]int32{"t": 1})
+		produceN(t, addr, "t", []int32{0}, 50, 10)
+		l := newFakeLedger()
+		entered := make(chan struct{})
+		var once sync.Once // the records may come in more than one batch
+		l.process = func(ctx context.Context, b *RecordBatch) error {
+			once.Do(func() { close(entered) })
+			time.Sleep(300 * time.Millisecond)
+			return ctx.Err()
+		}
+		cfg := testConfig(t, addr, "t")
+		cfg.Exclusive = exclusive
+		ctx, cancel := context.WithCancel(context.Background())
+		wait := runConsume(ctx, cfg, l)
+		<-entered
+		cancel()
+		if err := wait(t); err != nil {
+			t.Fatalf("Consume: %v", err)
+		}
+		if got := l.positionsNow()[0]; got != 50 {
+			t.Errorf("ledger at %d, want 50: the in-flight batch must complete", got)
+		}
+	})
 }
 
 func TestBoundedMissingTopic(t *testing.T) {
@@ -440,23 +463,26 @@ func TestBoundedMissingTopic(t *testing.T) {
 }
 
 func TestContinuousWaitsForTopic(t *testing.T) {
-	addr := startBroker(t, nil)
-	l := newFakeLedger()
-	cfg := testConfig(t, addr, "later")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wait := runConsume(ctx, cfg, l)
-	time.Sleep(1500 * time.Millisecond)
-	if err := CreateTopic(ctx, []string{addr}, "later", 2); err != nil {
-		t.Fatal(err)
-	}
-	produceN(t, addr, "later", []int32{0, 1}, 20, 10)
-	waitFor(t, 15*time.Second, "records of the late topic", func() bool { return l.rowCount() == 40 })
-	cancel()
-	if err := wait(t); err != nil {
-		t.Fatal(err)
-	}
-	l.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 20, 1: 20})
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		addr := startBroker(t, nil)
+		l := newFakeLedger()
+		cfg := testConfig(t, addr, "later")
+		cfg.Exclusive = exclusive
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		wait := runConsume(ctx, cfg, l)
+		time.Sleep(1500 * time.Millisecond)
+		if err := CreateTopic(ctx, []string{addr}, "later", 2); err != nil {
+			t.Fatal(err)
+		}
+		produceN(t, addr, "later", []int32{0, 1}, 20, 10)
+		waitFor(t, 15*time.Second, "records of the late topic", func() bool { return l.rowCount() == 40 })
+		cancel()
+		if err := wait(t); err != nil {
+			t.Fatal(err)
+		}
+		l.checkExactlyOnce(t, map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 20, 1: 20})
+	})
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -486,36 +512,39 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestLedgerBeatsGroupOffsets(t *testing.T) {
-	addr := startBroker(t, map[string]int32{"t": 3})
-	produceN(t, addr, "t", []int32{0, 1, 2}, 500, 10)
-	cfg := testConfig(t, addr, "t")
-	cfg.Bounded = true
-	cfg.MaxRows = 100
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		addr := startBroker(t, map[string]int32{"t": 3})
+		produceN(t, addr, "t", []int32{0, 1, 2}, 500, 10)
+		cfg := testConfig(t, addr, "t")
+		cfg.Exclusive = exclusive
+		cfg.Bounded = true
+		cfg.MaxRows = 100
 
-	// A first run commits group offsets at the end of every partition.
-	if err := Consume(context.Background(), cfg, newFakeLedger()); err != nil {
-		t.Fatal(err)
-	}
-	// A second run in the same group whose ledger stands earlier on
-	// partition 0 must seek back there; partitions without a ledger position
-	// start at their log start, whatever the group committed (the ledger
-	// is the only truth: after a full refresh it holds no positions).
-	l := newFakeLedger()
-	l.pos[0] = 100
-	if err := Consume(context.Background(), cfg, l); err != nil {
-		t.Fatal(err)
-	}
-	l.checkExactlyOnce(t, map[int32]int64{0: 100}, map[int32]int64{0: 500, 1: 500, 2: 500})
+		// A first run commits group offsets at the end of every partition.
+		if err := Consume(context.Background(), cfg, newFakeLedger()); err != nil {
+			t.Fatal(err)
+		}
+		// A second run in the same group whose ledger stands earlier on
+		// partition 0 must seek back there; partitions without a ledger position
+		// start at their log start, whatever the group committed (the ledger
+		// is the only truth: after a full refresh it holds no positions).
+		l := newFakeLedger()
+		l.pos[0] = 100
+		if err := Consume(context.Background(), cfg, l); err != nil {
+			t.Fatal(err)
+		}
+		l.checkExactlyOnce(t, map[int32]int64{0: 100}, map[int32]int64{0: 500, 1: 500, 2: 500})
 
-	// With start: latest, a partition without a ledger position starts at
-	// the group's committed offset: nothing is left to read there.
-	cfg.Start = "latest"
-	l = newFakeLedger()
-	l.pos[0] = 400
-	if err := Consume(context.Background(), cfg, l); err != nil {
-		t.Fatal(err)
-	}
-	l.checkExactlyOnce(t, map[int32]int64{0: 400}, map[int32]int64{0: 500})
+		// With start: latest, a partition without a ledger position starts at
+		// the group's committed offset: nothing is left to read there.
+		cfg.Start = "latest"
+		l = newFakeLedger()
+		l.pos[0] = 400
+		if err := Consume(context.Background(), cfg, l); err != nil {
+			t.Fatal(err)
+		}
+		l.checkExactlyOnce(t, map[int32]int64{0: 400}, map[int32]int64{0: 500})
+	})
 }
 
 // labelled counts the batches one group member processed into a shared

@@ -1,6 +1,8 @@
 // Package consumer is sluice's Kafka source: it reads one flow's topic as a
-// member of a consumer group (github.com/IBM/sarama) and hands each
-// partition's records, in batches, to a Handler that loads them.
+// member of a consumer group (github.com/IBM/sarama), or every partition
+// of it directly when the caller guarantees it is the only reader
+// (Config.Exclusive), and hands each partition's records, in batches, to a
+// Handler that loads them.
 //
 // It owns the consumer group session, where each partition starts, how
 // records are batched, when group offsets are committed, how a rebalance
@@ -68,12 +70,29 @@
 // whoever gets the partition reads them again from the ledger position.
 // Nothing else blocks a claim, so the rebalance proceeds promptly.
 //
+// # Reading without a group
+//
+// An Exclusive Consume (the flows of a CDC target, which only the holder
+// of the target's lease runs) joins no group: it starts a sarama partition
+// consumer for every partition of the topic at once, seeked as a session's
+// Setup seeks its claims, and batches each with the same loop as a claim
+// (RecordBatch.Generation is 0). Nothing waits for a rebalance, so a new
+// lease holder reads as soon as it took the lease, whatever became of the
+// old one's group session. Partitions added to the topic are started once
+// a metadata refresh (every 10 s) shows them. A partition whose partition
+// consumer gave up, or whose ledger moved on without a batch (Process
+// returned ErrMoved), is read again from its ledger position; the others
+// go on. The offsets processed are committed to the group as a reader
+// without membership commits them (generation -1), for lag tools only.
+//
 // # Shutdown
 //
 // A continuous Consume (sluice run) stops when ctx is cancelled: the batch in
 // Process completes, then each claim flushes its partial batch through
 // Process (nothing to redo on the next start), the group offsets are
-// committed and the member leaves the group. Process gets a context that is
+// committed and the member leaves the group. A ctx cancelled with the cause
+// ErrRevoked (the caller lost its lease) drops the partial batches
+// instead: they could not commit. Process gets a context that is
 // not cancelled with ctx but DrainTimeout after it, so a destination that
 // hangs cannot hold the shutdown forever. The first error from Process or
 // Positions also stops Consume, which returns it; partial batches are then
@@ -91,7 +110,8 @@
 // that are never delivered; a bounded claim that receives nothing for a
 // while asks the broker whether any deliverable record is left below its end
 // (see tail.go), and is done when none is. A done partition is paused, and
-// Consume returns nil once all are done, after leaving the group. It waits
-// for partitions assigned to another member of the group; sluice never runs
-// `update` beside `run` of the same pipeline.
+// Consume returns nil once all are done, after leaving the group. In a
+// group it waits for partitions assigned to another member; sluice never
+// runs `update` beside `run` of the same pipeline. An Exclusive bounded
+// read reads the partitions there were when it started.
 package consumer

@@ -245,3 +245,10 @@ func runConsume(ctx context.Context, cfg Config, h Handler) func(t testing.TB) e
 		}
 	}
 }
+
+// eachMode runs test as a member of a consumer group and reading every
+// partition directly (Config.Exclusive).
+func eachMode(t *testing.T, test func(t *testing.T, exclusive bool)) {
+	t.Run("group", func(t *testing.T) { test(t, false) })
+	t.Run("exclusive", func(t *testing.T) { test(t, true) })
+}

@@ -57,52 +57,55 @@ func produceTx(t *testing.T, addr, topic string, steps []txStep) int64 {
 }
 
 func TestBoundedTransactionalTopic(t *testing.T) {
-	cases := []struct {
-		name  string
-		steps []txStep
-	}{
-		{"commit marker last", []txStep{{10, true}, {5, true}}},
-		{"aborted transaction last", []txStep{{10, true}, {5, false}}},
-		{"aborted in the middle", []txStep{{5, true}, {7, false}, {5, true}}},
-		{"only aborted", []txStep{{4, false}, {4, false}}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			addr := startBroker(t, map[string]int32{"tx": 1})
-			committed := produceTx(t, addr, "tx", tc.steps)
+	eachMode(t, func(t *testing.T, exclusive bool) {
+		cases := []struct {
+			name  string
+			steps []txStep
+		}{
+			{"commit marker last", []txStep{{10, true}, {5, true}}},
+			{"aborted transaction last", []txStep{{10, true}, {5, false}}},
+			{"aborted in the middle", []txStep{{5, true}, {7, false}, {5, true}}},
+			{"only aborted", []txStep{{4, false}, {4, false}}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				addr := startBroker(t, map[string]int32{"tx": 1})
+				committed := produceTx(t, addr, "tx", tc.steps)
 
-			l := newFakeLedger()
-			cfg := testConfig(t, addr, "tx")
-			cfg.Bounded = true
-			cfg.MaxWait = time.Minute // only the end may flush a partial batch
-			start := time.Now()
-			if err := Consume(context.Background(), cfg, l); err != nil {
-				t.Fatal(err)
-			}
-			if took := time.Since(start); took > 10*time.Second {
-				t.Errorf("bounded read took %v", took)
-			}
-			if got := l.rowCount(); int64(got) != committed {
-				t.Errorf("processed %d records, want the %d committed", got, committed)
-			}
-			// A second run from the ledger position finds nothing left.
-			before := len(l.batchList())
-			if err := Consume(context.Background(), cfg, l); err != nil {
-				t.Fatal(err)
-			}
-			if after := len(l.batchList()); after != before {
-				t.Errorf("second run processed %d more batches, want none", after-before)
-			}
+				l := newFakeLedger()
+				cfg := testConfig(t, addr, "tx")
+				cfg.Exclusive = exclusive
+				cfg.Bounded = true
+				cfg.MaxWait = time.Minute // only the end may flush a partial batch
+				start := time.Now()
+				if err := Consume(context.Background(), cfg, l); err != nil {
+					t.Fatal(err)
+				}
+				if took := time.Since(start); took > 10*time.Second {
+					t.Errorf("bounded read took %v", took)
+				}
+				if got := l.rowCount(); int64(got) != committed {
+					t.Errorf("processed %d records, want the %d committed", got, committed)
+				}
+				// A second run from the ledger position finds nothing left.
+				before := len(l.batchList())
+				if err := Consume(context.Background(), cfg, l); err != nil {
+					t.Fatal(err)
+				}
+				if after := len(l.batchList()); after != before {
+					t.Errorf("second run processed %d more batches, want none", after-before)
+				}
 
-			records, _, err := ConsumeOnly(context.Background(), []string{addr}, "tx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if records != committed {
-				t.Errorf("ConsumeOnly read %d records, want %d", records, committed)
-			}
-		})
-	}
+				records, _, err := ConsumeOnly(context.Background(), []string{addr}, "tx")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if records != committed {
+					t.Errorf("ConsumeOnly read %d records, want %d", records, committed)
+				}
+			})
+		}
+	})
 }
 
 func TestHasRecordsBefore(t *testing.T) {

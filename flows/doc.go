@@ -22,7 +22,8 @@
 //	                 Begin/Write/Commit/Abort with retries, and a stale commit
 //	                 after a commit point counted as committed (commitLoad)
 //	checkpoints.go   the checkpoint store the destination keeps, retried like loads
-//	kafka.go         Kafka sources: a flow's consumer group and its batches
+//	kafka.go         Kafka sources: a flow's consumer (a group member, or
+//	                 under a CDC target's lease every partition) and its batches
 //	append.go        append flows: rows and dead letters of a batch or a chunk
 //	files.go         files sources: once-flows and new files, chunked loads (fileLoader)
 //	incremental.go   incremental files flows: windows, cursors, replace_partitions

@@ -74,7 +74,12 @@ func (r *runner) consumerConfig(f *spec.Flow) (consumer.Config, error) {
 		MaxWait:  f.Batch.Wait,
 		Start:    f.Start,
 		Bounded:  r.opts.Mode == ModeUpdate,
-		Logger:   r.log.With("flow", f.Name),
+		// A flow of a CDC target runs only under the target's lease
+		// (runTarget): it reads every partition itself, from the ledger,
+		// as soon as it holds the lease, instead of waiting for a
+		// rebalance (docs/operations.md, "Several processes").
+		Exclusive: r.leased(f),
+		Logger:    r.log.With("flow", f.Name),
 	}
 	if err := kafkaSecurity(&cfg, r.p.Kafka); err != nil {
 		return cfg, err
@@ -148,12 +153,13 @@ func (kf *kafkaFlow) load(ctx context.Context, p *prepared, rbs []*consumer.Reco
 	var se *staleError
 	if errors.As(err, &se) {
 		if kf.r.opts.Mode == ModeRun {
-			// The group gave the partition to another member: this
-			// session is over, and the rebalance that ends it seeks the
-			// partition's next owner to the ledger.
+			// In a group, the group gave the partition to another member:
+			// this session is over, and the rebalance that ends it seeks
+			// the partition's next owner to the ledger. Read directly, the
+			// consumer seeks the partition to the ledger again.
 			kf.log.Warn("batch abandoned: another writer committed this partition", "topic", se.slot.Topic,
 				"partition", se.slot.Partition, "from", se.slot.Offset, "ledger", se.ledger, "partitions", len(rbs))
-			return nil
+			return fmt.Errorf("%w: %w", consumer.ErrMoved, se)
 		}
 		return fmt.Errorf("%w; this update ran meanwhile: run update again", se)
 	}
@@ -180,4 +186,11 @@ func (kf *kafkaFlow) load(ctx context.Context, p *prepared, rbs []*consumer.Reco
 			"from", rb.From, "next", rb.Next, "rows", p.rows, "dead_letters", p.deadLetters, "partitions", len(rbs))
 	}
 	return nil
+}
+
+// leased reports whether flow f writes a CDC target, whose flows run only
+// in the process holding its lease (runTarget).
+func (r *runner) leased(f *spec.Flow) bool {
+	t := r.p.Table(f.Target)
+	return t != nil && t.CDC
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/sinks"
 )
 
@@ -20,10 +21,15 @@ import (
 // others wait for it and meanwhile run every other flow. The destination
 // fences a lease by a generation that every commit checks, so a writer that
 // lost its lease (paused past it, cut off) cannot commit afterwards; its
-// renewal or its next commit says so, its flows stop (giving their Kafka
-// partitions back to the group), and it competes for the lease again. The
-// TTL is therefore short: a writer that died or stopped renewing is taken
-// over within about a TTL.
+// renewal or its next commit says so, its flows stop at once (their
+// consumers' context ends with consumer.ErrRevoked: nothing they hold can
+// commit), and it competes for the lease again. The flows of a leased
+// target read every partition of their topics themselves
+// (consumer.Config.Exclusive), not as members of a consumer group: the
+// lease already keeps them to one process, and a new holder reads as soon
+// as it took the lease instead of waiting for the old holder's group
+// session to expire. The TTL is therefore short: a writer that died or
+// stopped renewing is taken over within about a TTL.
 
 // DefaultLeaseTTL is how long a lease outlives its last renewal unless
 // Options.LeaseTTL says otherwise; it is renewed every third of it.
@@ -134,12 +140,14 @@ func (k *leaseKeeper) release(ctx context.Context) {
 // lost is true when it was, whatever work returned: the work was fenced
 // (its commits refused, or stopped), not failed.
 func (k *leaseKeeper) underLease(ctx context.Context, work func(ctx context.Context) error) (lost bool, err error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
 		select {
 		case <-k.lost:
-			cancel()
+			// Its consumers stop at once: what they hold back could not
+			// commit anyway.
+			cancel(consumer.ErrRevoked)
 		case <-wctx.Done():
 		}
 	}()
