@@ -1,17 +1,14 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/consumer"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 )
 
@@ -55,18 +52,7 @@ func TestClusterTwoRunsKilled(t *testing.T) {
 	msgs := changeMessages(seed, cs, 4)
 
 	// The events arrive all along: 240 a second for about 25 s.
-	ctx, stopProducing := context.WithCancel(context.Background())
-	defer stopProducing()
-	var produced sync.WaitGroup
-	produced.Go(func() {
-		for i := 0; i < len(msgs) && ctx.Err() == nil; i += 24 {
-			if err := consumer.Produce(ctx, []string{b.Addr()}, changesTopic, msgs[i:min(i+24, len(msgs))]); err != nil && ctx.Err() == nil {
-				t.Errorf("produce: %v", err)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
+	produced := trickle(t, b.Addr(), msgs)
 
 	started := 0
 	startRun := func(i int) *runProc {
@@ -87,7 +73,7 @@ func TestClusterTwoRunsKilled(t *testing.T) {
 		t.Logf("kill %d: %s", kill+1, procs[i].name)
 		procs[i] = startRun(i)
 	}
-	produced.Wait()
+	produced()
 	for _, p := range procs {
 		p.signal(t, syscall.SIGTERM)
 	}

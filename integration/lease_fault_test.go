@@ -187,18 +187,7 @@ func TestTwoRunsThroughPausesAndKills(t *testing.T) {
 		msgs := changeMessages(seed, cs, 4)
 
 		// The events arrive all along: 240 a second for about 50 s.
-		ctx, stopProducing := context.WithCancel(context.Background())
-		defer stopProducing()
-		var produced sync.WaitGroup
-		produced.Go(func() {
-			for i := 0; i < len(msgs) && ctx.Err() == nil; i += 24 {
-				if err := consumer.Produce(ctx, []string{b.Addr()}, changesTopic, msgs[i:min(i+24, len(msgs))]); err != nil && ctx.Err() == nil {
-					t.Errorf("produce: %v", err)
-					return
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-		})
+		produced := trickle(t, b.Addr(), msgs)
 
 		args := append([]string{"run", "-f", spec, "--log-level", "debug"}, fastArgs...)
 		started := 0
@@ -288,7 +277,7 @@ func TestTwoRunsThroughPausesAndKills(t *testing.T) {
 		t.Logf("CDC loads resumed %v after the faults", resumes)
 
 		// Every message once, every key at its latest change.
-		produced.Wait()
+		produced()
 		want := currentRows(cs)
 		waitFor(t, 2*time.Minute, "both targets caught up", func() bool {
 			rows, distinct := rawCounts(t, d, spec)
@@ -382,4 +371,23 @@ func rawCounts(t testing.TB, d destination, spec string) (rows, distinct int) {
 	}
 	t.Fatalf("unknown destination %T", d)
 	return 0, 0
+}
+
+// trickle produces msgs to the changes topic in steps of 24 every 100 ms
+// (240 a second) in the background; the returned func waits until all are
+// produced. The test's end stops it.
+func trickle(t testing.TB, brokers string, msgs []consumer.Message) (wait func()) {
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	var produced sync.WaitGroup
+	produced.Go(func() {
+		for i := 0; i < len(msgs) && ctx.Err() == nil; i += 24 {
+			if err := consumer.Produce(ctx, []string{brokers}, changesTopic, msgs[i:min(i+24, len(msgs))]); err != nil && ctx.Err() == nil {
+				t.Errorf("produce: %v", err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return produced.Wait
 }

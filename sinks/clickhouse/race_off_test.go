@@ -1,6 +1,0 @@
-//go:build !race
-
-package clickhouse
-
-// raceOn: see race_on_test.go.
-const raceOn = false
