@@ -35,15 +35,15 @@ func TestExclusiveIgnoresTheGroup(t *testing.T) {
 
 	stuck := newFakeLedger()
 	entered, release := make(chan struct{}), make(chan struct{})
+	var enter sync.Once // partitions call Process concurrently
 	stuck.process = func(context.Context, *RecordBatch) error {
-		select {
-		case <-entered:
-		default:
-			close(entered)
-		}
+		enter.Do(func() { close(entered) })
 		<-release
 		return nil
 	}
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(release) }) }
+	defer free() // a failed test must not leave the member stuck
 	ctxA, cancelA := context.WithCancel(context.Background())
 	defer cancelA()
 	waitA := runConsume(ctxA, cfg, stuck)
@@ -68,7 +68,7 @@ func TestExclusiveIgnoresTheGroup(t *testing.T) {
 			t.Fatalf("batch of generation %d read directly, want 0", b.Generation)
 		}
 	}
-	close(release)
+	free()
 	cancelA()
 	if err := waitA(t); err != nil {
 		t.Fatal(err)
