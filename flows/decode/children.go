@@ -2,6 +2,7 @@ package decode
 
 import (
 	"strconv"
+	"unsafe"
 
 	"github.com/valyala/fastjson"
 
@@ -39,10 +40,15 @@ type pendingList struct {
 	depth int // its nesting depth from the record
 }
 
-// link holds the ids of the row being decoded.
+// link says where the row being decoded is, for its ids: hashed when a
+// column first asks for one (linkID), so that a pass that only looks for
+// columns, whose tables have no link columns yet, hashes none.
 type link struct {
-	id, parent, root string
-	idx              int64
+	rec    *batch.Record // a top row with an id: its record
+	up     *JSON         // a child row: the decoder of its parent row, on that row
+	idx    int64         // a child row: its index in its parent's list
+	id     string        // once hashed
+	hashed bool
 }
 
 // SetChildren gives an inferring decoder the child tables that exist, by
@@ -109,6 +115,30 @@ func (d *JSON) addList(name, path string, val *fastjson.Value, depth int) *Error
 	return nil
 }
 
+// linkID returns the _sluice_id of the row being decoded, "" for a row
+// without one (a top row of a record without lists, when the table has
+// no _sluice_id column).
+func (d *JSON) linkID() string {
+	if !d.link.hashed {
+		d.link.hashed = true
+		switch {
+		case d.link.up != nil:
+			d.link.id = d.childID(d.link.up.linkID(), int(d.link.idx))
+		case d.link.rec != nil:
+			d.link.id = d.rowID(d.link.rec)
+		}
+	}
+	return d.link.id
+}
+
+// rootID returns the _sluice_id of the top row of the record being decoded.
+func (d *JSON) rootID() string {
+	if d.link.up != nil {
+		return d.link.up.rootID()
+	}
+	return d.linkID()
+}
+
 // rowID is the _sluice_id of the row of a record: derived from its
 // position, so that a replay or a retried load gives the same id.
 func (d *JSON) rowID(rec *batch.Record) string {
@@ -134,8 +164,9 @@ func (d *JSON) childID(parent string, idx int) string {
 
 // hashID is the id of key (batch.AppendLinkID), in the decoder's arena.
 func (d *JSON) hashID(key []byte) string {
-	var text [22]byte
-	return d.arena.string(batch.AppendLinkID(text[:0], key))
+	const n = 22 // 16 bytes in unpadded base64
+	b := batch.AppendLinkID(d.arena.alloc(n)[:0], key)
+	return unsafe.String(&b[0], len(b))
 }
 
 // decodeLists decodes the lists of the row just decoded (d.link) into
@@ -230,7 +261,7 @@ func (d *JSON) prefixed(path string) string {
 // c's table, and then its own lists.
 func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l pendingList, idx int) *Error {
 	c.at.parent, c.at.path, c.at.idx = parent, l.path, idx
-	c.link = link{parent: parent.link.id, root: parent.link.root, idx: int64(idx), id: c.childID(parent.link.id, idx)}
+	c.link = link{up: parent, idx: int64(idx)}
 	clear(c.vals)
 	c.lists = c.lists[:0]
 	var e *Error

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -146,5 +147,60 @@ func TestChildTablesUnderContracts(t *testing.T) {
 		`{"id": 1, "a": {"b": [1]}}`, `{"id": 2, "a": [{"b": [2]}]}`)
 	if len(dls) != 1 || dls[0].Position != "0/1" || !strings.Contains(dls[0].Error, `field "a[0].b": is a list whose child table is also that of a list at another path`) {
 		t.Fatalf("dead letters %v, want the second path to a__b refused", dls)
+	}
+}
+
+// TestChildIDs pins the ids (docs/schema.md#child-tables): a top row's is
+// the hash of its record's position, a child row's that of its parent's
+// id, its table and its index, whichever way its element was decoded (the
+// first element of a table field by field, the next ones as settled rows).
+func TestChildIDs(t *testing.T) {
+	msgs := []string{
+		`{"id": 1, "items": [{"sku": "a", "tags": ["x", "y"]}, {"sku": "b"}, {"sku": "c"}]}`,
+		`{"id": 2, "items": [{"sku": "d"}, {"qty": 1, "sku": "e"}]}`,
+	}
+	evolve := Contract{Columns: Evolve, DataType: Evolve}
+	_, _, _, found, children := childDecode(t, batch.Schema{}, nil, evolve, msgs...)
+	kids := map[string]batch.Schema{}
+	for suffix, c := range children {
+		kids[suffix] = withLinks(c.Columns)
+	}
+	out, rows, dls, more, moreKids := childDecode(t, batch.Schema{Columns: found}, kids, evolve, msgs...)
+	if len(dls) != 0 || len(more) != 0 || len(moreKids) != 0 {
+		t.Fatalf("dead letters %v, found %v %v", dls, more, moreKids)
+	}
+	hash := func(key string) string { return string(batch.AppendLinkID(nil, []byte(key))) }
+	str := func(b *batch.Batch, col string, i int) string { s, _ := b.Column(col).Value(i).(string); return s }
+	// The first record is at t/0/0 (childDecode): its id, pinned.
+	if got, want := str(out, batch.IDColumn, 0), "4BTeUznyMQuAl4XWGzUQ8Q"; got != want || hash("t\x000\x000") != want {
+		t.Fatalf("record 0/0: id %s, hash %s, want %s", got, hash("t\x000\x000"), want)
+	}
+	items, tags := rows["items"], rows["items__tags"]
+	if items.Len() != 5 || tags.Len() != 2 {
+		t.Fatalf("items %d, tags %d", items.Len(), tags.Len())
+	}
+	for i, want := range []struct {
+		rec, idx int
+		sku      string
+	}{{0, 0, "a"}, {0, 1, "b"}, {0, 2, "c"}, {1, 0, "d"}, {1, 1, "e"}} {
+		top := hash("t\x000\x00" + strconv.Itoa(want.rec))
+		if got := str(out, batch.IDColumn, want.rec); got != top {
+			t.Fatalf("record %d: id %s, want %s", want.rec, got, top)
+		}
+		id := hash(top + "\x00items\x00" + strconv.Itoa(want.idx))
+		if str(items, batch.IDColumn, i) != id || str(items, batch.ParentIDColumn, i) != top || str(items, batch.RootIDColumn, i) != top ||
+			items.Column(batch.ListIdxColumn).Value(i) != int64(want.idx) || str(items, "sku", i) != want.sku {
+			t.Fatalf("items row %d: %v, want id %s under %s at %d, sku %s", i, items.Row(i), id, top, want.idx, want.sku)
+		}
+	}
+	item0 := str(items, batch.IDColumn, 0)
+	for i, v := range []string{"x", "y"} {
+		id := hash(item0 + "\x00items__tags\x00" + strconv.Itoa(i))
+		if str(tags, batch.IDColumn, i) != id || str(tags, batch.ParentIDColumn, i) != item0 || str(tags, batch.RootIDColumn, i) != str(out, batch.IDColumn, 0) || str(tags, ValueColumn, i) != v {
+			t.Fatalf("tags row %d: %v, want id %s under %s", i, tags.Row(i), id, item0)
+		}
+	}
+	if items.Column("qty").Value(4) != int64(1) || items.Column("qty").Value(3) != nil {
+		t.Fatalf("qty: %v %v, want 1 and NULL", items.Column("qty").Value(4), items.Column("qty").Value(3))
 	}
 }

@@ -422,8 +422,7 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 	if d.tree != nil {
 		d.link = link{}
 		if len(d.lists) > 0 || d.hasID {
-			d.link.id = d.rowID(rec)
-			d.link.root = d.link.id
+			d.link.rec = rec
 		}
 	}
 	for moves := 0; ; moves++ {
@@ -529,19 +528,23 @@ func (d *JSON) meta(c *column, rec *batch.Record, vec *batch.Vector) *Error {
 		}
 		vec.AppendInt(rec.Timestamp.UnixMicro())
 	case fromID, fromParentID, fromRootID:
-		v := d.link.id
+		var v string
 		switch c.origin {
+		case fromID:
+			v = d.linkID()
 		case fromParentID:
-			v = d.link.parent
+			if d.link.up != nil {
+				v = d.link.up.linkID()
+			}
 		case fromRootID:
-			v = d.link.root
+			v = d.rootID()
 		}
 		if v == "" {
 			return d.null(c, vec, "the row has no id")
 		}
 		vec.AppendString(v)
 	case fromListIdx:
-		if d.link.parent == "" {
+		if d.link.up == nil {
 			return d.null(c, vec, "the row is in no list")
 		}
 		vec.AppendInt(d.link.idx)
