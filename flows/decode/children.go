@@ -29,6 +29,7 @@ const ValueColumn = "value"
 type tree struct {
 	schemas map[string]batch.Schema // the child tables that exist, by suffix (SetChildren)
 	all     []*JSON                 // the child decoders, in order of creation
+	mark    []int                   // marks, reused
 }
 
 // pendingList is a list of the record being decoded, decoded into its
@@ -305,13 +306,14 @@ func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l 
 	return nil
 }
 
-// marks returns the number of rows of each child table, for rollback.
+// marks returns the number of rows of each child table, for rollback;
+// valid until the next call.
 func (t *tree) marks() []int {
-	m := make([]int, len(t.all))
-	for i, c := range t.all {
-		m[i] = c.rows.Len()
+	t.mark = t.mark[:0]
+	for _, c := range t.all {
+		t.mark = append(t.mark, c.rows.Len())
 	}
-	return m
+	return t.mark
 }
 
 // rollback takes the child rows back to marks; tables created since hold

@@ -104,7 +104,8 @@ func micros(x, per int64) (int64, string) {
 type hint struct {
 	key   string // a column name; "" when the key was not a column
 	col   int
-	found int // inferring: 1 + the index in found of the field that is no column yet, or 0
+	found int        // inferring: 1 + the index in found of the field that is no column yet, or 0
+	nest  normalized // inferring: the key there last time it held an object or a list, and its column name
 }
 
 // plan is what NewJSON derives from the schema; clones share it.
