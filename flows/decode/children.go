@@ -263,14 +263,18 @@ func (d *JSON) prefixed(path string) string {
 func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l pendingList, idx int) *Error {
 	c.at.parent, c.at.path, c.at.idx = parent, l.path, idx
 	c.link = link{up: parent, idx: int64(idx)}
-	clear(c.vals)
 	c.lists = c.lists[:0]
 	var e *Error
 	switch elem.Type() {
 	case fastjson.TypeObject:
 		obj, _ := elem.Object()
+		if c.settled(rec, obj) {
+			return nil
+		}
+		clear(c.vals)
 		e = c.visitInferring(obj)
 	default:
+		clear(c.vals)
 		clear(c.keys)
 		clear(c.text)
 		if elem.Type() == fastjson.TypeArray && c.base+1 <= c.maxNesting {
@@ -304,6 +308,65 @@ func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l 
 		return c.decodeLists(rec)
 	}
 	return nil
+}
+
+// settled decodes an object element into a row of c's table in one
+// visit, each value straight into its column, when the element is like
+// the one before: every field at the position the hints have for it,
+// naming a column, with a scalar value its column takes; the missing
+// columns are NULL. That is the common case once the table's columns are
+// settled, and it checks every value as field does. For anything else
+// (a new field, fields in another order, a repeated field, a nested
+// object or list, a value that does not fit) it leaves c.rows as it was
+// and returns false: element then decodes the object field by field,
+// which gives that case its columns, its variant or its error.
+func (c *JSON) settled(rec *batch.Record, obj *fastjson.Object) bool {
+	n := c.rows.Len()
+	if obj.Len() > len(c.hints) || obj.Len() == 0 {
+		return false
+	}
+	if len(c.filled) != len(c.cols) {
+		c.filled = make([]bool, len(c.cols))
+	}
+	filled := c.filled
+	clear(filled)
+	ok, pos := true, 0
+	obj.Visit(func(key []byte, val *fastjson.Value) {
+		if !ok {
+			return
+		}
+		h := &c.hints[pos]
+		pos++
+		i := h.col
+		if i < 0 || h.found > 0 || filled[i] || h.key != string(key) {
+			ok = false
+			return
+		}
+		if vt := val.Type(); vt == fastjson.TypeObject || vt == fastjson.TypeArray {
+			ok = false
+			return
+		}
+		if c.field(&c.cols[i], val, c.rows.Vectors[i]) != nil {
+			ok = false
+			return
+		}
+		filled[i] = true
+	})
+	for i := 0; ok && i < len(c.cols); i++ {
+		if filled[i] {
+			continue
+		}
+		col := &c.cols[i]
+		if col.origin == fromJSON {
+			ok = c.null(col, c.rows.Vectors[i], "missing") == nil
+		} else {
+			ok = c.meta(col, rec, c.rows.Vectors[i]) == nil
+		}
+	}
+	if !ok {
+		c.rows.Truncate(n)
+	}
+	return ok
 }
 
 // marks returns the number of rows of each child table, for rollback;

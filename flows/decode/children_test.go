@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,5 +203,78 @@ func TestChildIDs(t *testing.T) {
 	}
 	if items.Column("qty").Value(4) != int64(1) || items.Column("qty").Value(3) != nil {
 		t.Fatalf("qty: %v %v, want 1 and NULL", items.Column("qty").Value(4), items.Column("qty").Value(3))
+	}
+}
+
+// TestSettledElements checks that an element decoded in one visit
+// (settled: like the element before it) gives what field-by-field
+// decoding gives, and that anything unlike the element before (a repeated
+// field, another order, a misfit) still gets its last-wins value, its
+// variant or its error.
+func TestSettledElements(t *testing.T) {
+	cols := []batch.Column{{Name: "a", Type: batch.Int64, Nullable: true}, {Name: "b", Type: batch.String, Nullable: true}}
+	variant := append(slices.Clone(cols), batch.Column{Name: "a__v_string", Type: batch.String, Nullable: true})
+	root := batch.Schema{Columns: []batch.Column{{Name: batch.IDColumn, Type: batch.String, Nullable: true}}}
+	for _, tc := range []struct {
+		name     string
+		cols     []batch.Column
+		contract Contract
+		items    string
+		want     []string // per row: a b [a__v_string]
+		dl       string   // the record's dead letter
+		found    []string
+	}{
+		{name: "alike", cols: cols, items: `[{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "z"}]`, want: []string{"1 x", "2 y", "3 z"}},
+		{name: "null and missing", cols: cols, items: `[{"a": 1, "b": "x"}, {"a": null, "b": "y"}, {"b": "z"}, {}]`, want: []string{"1 x", "<nil> y", "<nil> z", "<nil> <nil>"}},
+		{name: "repeated field, last wins", cols: cols, items: `[{"a": 1, "b": "x", "a": 4}, {"a": 2, "b": "y", "a": 5}, {"a": 6, "a": 7}]`, want: []string{"4 x", "5 y", "7 <nil>"}},
+		{name: "other order", cols: cols, items: `[{"a": 1, "b": "x"}, {"b": "y", "a": 2}, {"b": "z", "a": 3}]`, want: []string{"1 x", "2 y", "3 z"}},
+		{name: "misfit under freeze", cols: cols, contract: Contract{Columns: Freeze, DataType: Freeze}, items: `[{"a": 1, "b": "x"}, {"a": "two", "b": "y"}]`,
+			dl: `schema_contract field "items[1].a": "two" is not an int64 (schema_contract data_type: freeze)`},
+		{name: "invalid UTF-8", cols: cols, items: "[{\"a\": 1, \"b\": \"x\"}, {\"a\": 2, \"b\": \"caf\xe9\"}]",
+			dl: `invalid_utf8 field "items[1].b": "caf\xe9" is not valid UTF-8 (declare the column bytes to keep any bytes)`},
+		{name: "misfit to its variant", cols: variant, items: `[{"a": 1, "b": "x"}, {"a": "two", "b": "y"}, {"a": 3, "b": "z"}]`, want: []string{"1 x <nil>", "<nil> y two", "3 z <nil>"}},
+		{name: "misfit found a variant", cols: cols, items: `[{"a": 1, "b": "x"}, {"a": "two", "b": "y"}]`, want: []string{"1 x", "<nil> y"}, found: []string{"a__v_string"}},
+		{name: "new field", cols: cols, items: `[{"a": 1, "b": "x"}, {"a": 2, "c": true}]`, want: []string{"1 x", "2 <nil>"}, found: []string{"c"}},
+		{name: "nested object", cols: cols, items: `[{"a": 1, "b": "x"}, {"a": 2, "b": {"c": 1}}]`, want: []string{"1 x", "2 <nil>"}, found: []string{"b__c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.contract
+			if c.Columns == "" {
+				c = Contract{Columns: Evolve, DataType: Evolve}
+			}
+			kids := map[string]batch.Schema{"items": withLinks(tc.cols)}
+			_, rows, dls, _, more := childDecode(t, root, kids, c, `{"items": `+tc.items+`}`)
+			if tc.dl != "" {
+				if len(dls) != 1 || dls[0].Reason+" "+dls[0].Error != tc.dl || rows["items"].Len() != 0 {
+					t.Fatalf("dead letters %v, rows %v; want %s and no rows", dls, rows["items"], tc.dl)
+				}
+				return
+			}
+			if len(dls) != 0 {
+				t.Fatalf("dead letters %v", dls)
+			}
+			var found []string
+			for _, col := range more["items"].Columns {
+				found = append(found, col.Name)
+			}
+			if !slices.Equal(found, tc.found) {
+				t.Fatalf("found %v, want %v", found, tc.found)
+			}
+			items := rows["items"]
+			var got []string
+			for i := range items.Len() {
+				if idx := items.Column(batch.ListIdxColumn).Value(i); idx != int64(i) {
+					t.Fatalf("row %d at index %v", i, idx)
+				}
+				var vals []string
+				for _, col := range tc.cols {
+					vals = append(vals, fmt.Sprint(items.Column(col.Name).Value(i)))
+				}
+				got = append(got, strings.Join(vals, " "))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("rows %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -186,6 +186,7 @@ type JSON struct {
 	lists  []pendingList // the current record's lists, decoded after its row
 	link   link          // the ids of the row being decoded
 	rows   *batch.Batch  // a child decoder: the rows of its table decoded so far
+	filled []bool        // a child decoder: per column, whether settled filled it
 	at     struct {      // a child decoder: the element being decoded
 		parent *JSON
 		path   string
