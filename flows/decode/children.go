@@ -74,9 +74,34 @@ func (d *JSON) ChildRows() map[string]*batch.Batch {
 			}
 			out[c.suffix] = c.rows
 		}
-		c.rows = batch.New(c.schema, n) // the next batch is likely alike
+		// The next batch is likely alike: room for as many rows, made when
+		// its first row comes (a decoder of columns that change is
+		// dropped before it decodes another batch).
+		c.rows, c.expect = batch.New(c.schema, 0), n
 	}
 	return out
+}
+
+// presizeAt is how far into a batch DecodeAll estimates the size of the
+// batch's child rows from those so far (1 record in presizeAt).
+const presizeAt = 32
+
+// presize makes room in each child table for the rows the batch's records
+// give, estimated from the rows of the first done of its n records, at
+// most maxRowsPerRecord a record: growing them a doubling at a time
+// copies every row about twice.
+func (t *tree) presize(done, n int) {
+	const maxRowsPerRecord = 8
+	for _, c := range t.all {
+		m := c.rows.Len()
+		want := min(m*n/done+m/8, maxRowsPerRecord*n)
+		if m == 0 || len(c.rows.Vectors) == 0 || want <= m {
+			continue
+		}
+		rows := batch.New(c.schema, want)
+		rows.AppendBatch(c.rows)
+		c.rows = rows
+	}
 }
 
 // FoundChildren returns, by suffix, the child tables the records decoded
@@ -232,7 +257,7 @@ func (d *JSON) child(l pendingList) (*JSON, *Error) {
 		c.plan.contract.Columns = Evolve // a new table's first rows give it its columns
 	}
 	c.tree, c.suffix, c.parent, c.base = d.tree, suffix, d.suffix, l.depth
-	c.rows = batch.New(s, 16)
+	c.rows = batch.New(s, 0)
 	d.tree.all = append(d.tree.all, c)
 	return c, nil
 }
@@ -264,6 +289,9 @@ func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l 
 	c.at.parent, c.at.path, c.at.idx = parent, l.path, idx
 	c.link = link{up: parent, idx: int64(idx)}
 	c.lists = c.lists[:0]
+	if c.expect > 0 && c.rows.Len() == 0 {
+		c.rows, c.expect = batch.New(c.schema, c.expect), 0
+	}
 	var e *Error
 	switch elem.Type() {
 	case fastjson.TypeObject:

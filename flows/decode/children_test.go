@@ -278,3 +278,50 @@ func TestSettledElements(t *testing.T) {
 		})
 	}
 }
+
+// TestChildRowsPresized checks that the room DecodeAll makes for a
+// batch's child rows, estimated from its first records, holds what the
+// records give, more or less than estimated, within 8 rows a record.
+func TestChildRowsPresized(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		items func(i int) int // items of record i
+	}{
+		{"alike", func(int) int { return 3 }},
+		{"more later", func(i int) int { return i / 10 }},
+		{"fewer later", func(i int) int { return max(0, 40-i) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var msgs []string
+			total := 0
+			for i := range 320 {
+				var items []string
+				for j := range tc.items(i) {
+					items = append(items, fmt.Sprintf(`{"n": %d}`, j))
+				}
+				total += tc.items(i)
+				msgs = append(msgs, fmt.Sprintf(`{"id": %d, "items": [%s]}`, i, strings.Join(items, ",")))
+			}
+			evolve := Contract{Columns: Evolve, DataType: Evolve}
+			_, _, _, found, children := childDecode(t, batch.Schema{}, nil, evolve, msgs...)
+			kids := map[string]batch.Schema{"items": withLinks(children["items"].Columns)}
+			_, rows, dls, _, _ := childDecode(t, batch.Schema{Columns: found}, kids, evolve, msgs...)
+			items := rows["items"]
+			if len(dls) != 0 || items.Len() != total {
+				t.Fatalf("dead letters %v, %d items, want %d", dls, items.Len(), total)
+			}
+			at, n := 0, items.Column("n")
+			for i := range msgs {
+				for j := range tc.items(i) {
+					if n.Value(at) != int64(j) || items.Column(batch.ListIdxColumn).Value(at) != int64(j) {
+						t.Fatalf("item %d: %v, want record %d's item %d", at, items.Row(at), i, j)
+					}
+					at++
+				}
+			}
+			if c := cap(n.Ints); c > max(2*total, 8*len(msgs)) {
+				t.Fatalf("room for %d items, %d needed", c, total)
+			}
+		})
+	}
+}

@@ -187,6 +187,7 @@ type JSON struct {
 	link   link          // the ids of the row being decoded
 	rows   *batch.Batch  // a child decoder: the rows of its table decoded so far
 	filled []bool        // a child decoder: per column, whether settled filled it
+	expect int           // a child decoder: the rows to make room for when the first comes
 	at     struct {      // a child decoder: the element being decoded
 		parent *JSON
 		path   string
@@ -357,6 +358,9 @@ func (d *JSON) Decode(rec *batch.Record, out *batch.Batch) error {
 func (d *JSON) DecodeAll(recs []batch.Record, out *batch.Batch, dls []batch.DeadLetter) []batch.DeadLetter {
 	d.check(out)
 	for i := range recs {
+		if i > 0 && i == len(recs)/presizeAt && d.tree != nil {
+			d.tree.presize(i, len(recs))
+		}
 		rec := &recs[i]
 		if err := d.decode(rec, out); err != nil {
 			if err.Reason == reasonDiscarded {
