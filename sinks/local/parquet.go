@@ -220,9 +220,16 @@ func newFileWriter(disk fsys.FS, path string, schema batch.Schema, loadID string
 	}
 	// Min/max statistics of FIXED_LEN_BYTE_ARRAY decimals would compare the
 	// bytes unsigned, which orders negative values wrongly; leave them out
-	// rather than mislead a reader's pruning.
+	// rather than mislead a reader's pruning. Those of the row ids
+	// (_sluice_id, _sluice_parent_id, _sluice_root_id) are hashes: any page
+	// spans about their whole range, which prunes nothing, and comparing
+	// every id twice a page cost a third of writing a child table.
 	for _, c := range schema.Columns {
+		skip := c.Name == batch.IDColumn || c.Name == batch.ParentIDColumn || c.Name == batch.RootIDColumn
 		if t := c.Type.Scalar(); t.Kind == batch.KindDecimal && t.Precision > 18 {
+			skip = true
+		}
+		if skip {
 			path := []string{c.Name}
 			if c.Type.Kind == batch.KindArray {
 				path = append(path, "list", "element")
