@@ -95,13 +95,32 @@ func (t *tree) presize(done, n int) {
 	for _, c := range t.all {
 		m := c.rows.Len()
 		want := min(m*n/done+m/8, maxRowsPerRecord*n)
-		if m == 0 || len(c.rows.Vectors) == 0 || want <= m {
+		if m == 0 || len(c.rows.Vectors) == 0 || want <= room(c.rows.Vectors[0]) {
 			continue
 		}
 		rows := batch.New(c.schema, want)
 		rows.AppendBatch(c.rows)
 		c.rows = rows
 	}
+}
+
+// room is how many rows v has room for.
+func room(v *batch.Vector) int {
+	switch v.Type.Kind {
+	case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
+		return cap(v.Ints)
+	case batch.KindFloat64:
+		return cap(v.Floats)
+	case batch.KindBool:
+		return cap(v.Bools)
+	case batch.KindString:
+		return cap(v.Strs)
+	case batch.KindBytes:
+		return cap(v.Bytes)
+	case batch.KindDecimal:
+		return cap(v.Decs)
+	}
+	return cap(v.Ends)
 }
 
 // FoundChildren returns, by suffix, the child tables the records decoded
