@@ -403,11 +403,21 @@ func (c *JSON) settled(rec *batch.Record, obj *fastjson.Object) bool {
 		if filled[i] {
 			continue
 		}
-		col := &c.cols[i]
-		if col.origin == fromJSON {
-			ok = c.null(col, c.rows.Vectors[i], "missing") == nil
-		} else {
-			ok = c.meta(col, rec, c.rows.Vectors[i]) == nil
+		col, vec := &c.cols[i], c.rows.Vectors[i]
+		switch col.origin {
+		case fromJSON:
+			ok = c.null(col, vec, "missing") == nil
+		// A child row and its parent always have ids (meta).
+		case fromID:
+			vec.AppendString(c.linkID())
+		case fromParentID:
+			vec.AppendString(c.link.up.linkID())
+		case fromRootID:
+			vec.AppendString(c.rootID())
+		case fromListIdx:
+			vec.AppendInt(c.link.idx)
+		default:
+			ok = c.meta(col, rec, vec) == nil
 		}
 	}
 	if !ok {

@@ -594,7 +594,7 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 			return d.mismatch(c, val, "is not a string")
 		}
 		b, _ := val.StringBytes()
-		if !utf8.Valid(b) {
+		if !validUTF8(b) {
 			return invalidUTF8(c.name, b)
 		}
 		vec.AppendString(d.arena.string(b))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/flows/batch"
 )
@@ -341,4 +342,19 @@ func daysFromCivil(y, m, d int64) int64 {
 	doy := (153*mp+2)/5 + d - 1
 	doe := yoe*365 + yoe/4 - yoe/100 + doy
 	return era*146097 + doe - 719468
+}
+
+// validUTF8 is utf8.Valid, answered in a loop of its own for a short
+// ASCII string (most strings of a record), which the general check takes
+// several times as long over.
+func validUTF8(b []byte) bool {
+	if len(b) > 16 {
+		return utf8.Valid(b)
+	}
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return utf8.Valid(b)
+		}
+	}
+	return true
 }
