@@ -369,8 +369,8 @@ func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l 
 // which gives that case its columns, its variant or its error.
 func (c *JSON) settled(rec *batch.Record, obj *fastjson.Object) bool {
 	n := c.rows.Len()
-	if obj.Len() > len(c.hints) || obj.Len() == 0 {
-		return false
+	if obj.Len() > len(c.hints) || obj.Len() == 0 || c.hints[0].col < 0 {
+		return false // a table without the columns yet: no visit for nothing
 	}
 	if len(c.filled) != len(c.cols) {
 		c.filled = make([]bool, len(c.cols))

@@ -107,6 +107,23 @@ func trimSpace(s string) string {
 // a number with a fraction or an exponent; inRange is false for an integer
 // that does not fit.
 func parseInt(s string) (x int64, ok, inRange bool) {
+	// Up to 18 digits, the common case, always fit: read them here.
+	i, neg := 0, len(s) > 0 && s[0] == '-'
+	if neg {
+		i = 1
+	}
+	if n := len(s) - i; n > 0 && n <= 18 {
+		for ; i < len(s) && s[i]-'0' <= 9; i++ {
+			x = x*10 + int64(s[i]-'0')
+		}
+		if i == len(s) {
+			if neg {
+				x = -x
+			}
+			return x, true, true
+		}
+		x = 0
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] == '.' || s[i] == 'e' || s[i] == 'E' {
 			return 0, false, false
