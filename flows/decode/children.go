@@ -2,6 +2,7 @@ package decode
 
 import (
 	"strconv"
+	"unsafe"
 
 	"github.com/valyala/fastjson"
 
@@ -28,6 +29,7 @@ const ValueColumn = "value"
 type tree struct {
 	schemas map[string]batch.Schema // the child tables that exist, by suffix (SetChildren)
 	all     []*JSON                 // the child decoders, in order of creation
+	mark    []int                   // marks, reused
 }
 
 // pendingList is a list of the record being decoded, decoded into its
@@ -39,10 +41,15 @@ type pendingList struct {
 	depth int // its nesting depth from the record
 }
 
-// link holds the ids of the row being decoded.
+// link says where the row being decoded is, for its ids: hashed when a
+// column first asks for one (linkID), so that a pass that only looks for
+// columns, whose tables have no link columns yet, hashes none.
 type link struct {
-	id, parent, root string
-	idx              int64
+	rec    *batch.Record // a top row with an id: its record
+	up     *JSON         // a child row: the decoder of its parent row, on that row
+	idx    int64         // a child row: its index in its parent's list
+	id     string        // once hashed
+	hashed bool
 }
 
 // SetChildren gives an inferring decoder the child tables that exist, by
@@ -67,9 +74,53 @@ func (d *JSON) ChildRows() map[string]*batch.Batch {
 			}
 			out[c.suffix] = c.rows
 		}
-		c.rows = batch.New(c.schema, n) // the next batch is likely alike
+		// The next batch is likely alike: room for as many rows, made when
+		// its first row comes (a decoder of columns that change is
+		// dropped before it decodes another batch).
+		c.rows, c.expect = batch.New(c.schema, 0), n
 	}
 	return out
+}
+
+// presizeAt is how far into a batch DecodeAll estimates the size of the
+// batch's child rows from those so far (1 record in presizeAt).
+const presizeAt = 32
+
+// presize makes room in each child table for the rows the batch's records
+// give, estimated from the rows of the first done of its n records, at
+// most maxRowsPerRecord a record: growing them a doubling at a time
+// copies every row about twice.
+func (t *tree) presize(done, n int) {
+	const maxRowsPerRecord = 8
+	for _, c := range t.all {
+		m := c.rows.Len()
+		want := min(m*n/done+m/8, maxRowsPerRecord*n)
+		if m == 0 || len(c.rows.Vectors) == 0 || want <= room(c.rows.Vectors[0]) {
+			continue
+		}
+		rows := batch.New(c.schema, want)
+		rows.AppendBatch(c.rows)
+		c.rows = rows
+	}
+}
+
+// room is how many rows v has room for.
+func room(v *batch.Vector) int {
+	switch v.Type.Kind {
+	case batch.KindInt64, batch.KindTimestamp, batch.KindDate:
+		return cap(v.Ints)
+	case batch.KindFloat64:
+		return cap(v.Floats)
+	case batch.KindBool:
+		return cap(v.Bools)
+	case batch.KindString:
+		return cap(v.Strs)
+	case batch.KindBytes:
+		return cap(v.Bytes)
+	case batch.KindDecimal:
+		return cap(v.Decs)
+	}
+	return cap(v.Ends)
 }
 
 // FoundChildren returns, by suffix, the child tables the records decoded
@@ -109,6 +160,30 @@ func (d *JSON) addList(name, path string, val *fastjson.Value, depth int) *Error
 	return nil
 }
 
+// linkID returns the _sluice_id of the row being decoded, "" for a row
+// without one (a top row of a record without lists, when the table has
+// no _sluice_id column).
+func (d *JSON) linkID() string {
+	if !d.link.hashed {
+		d.link.hashed = true
+		switch {
+		case d.link.up != nil:
+			d.link.id = d.childID(d.link.up.linkID(), int(d.link.idx))
+		case d.link.rec != nil:
+			d.link.id = d.rowID(d.link.rec)
+		}
+	}
+	return d.link.id
+}
+
+// rootID returns the _sluice_id of the top row of the record being decoded.
+func (d *JSON) rootID() string {
+	if d.link.up != nil {
+		return d.link.up.rootID()
+	}
+	return d.linkID()
+}
+
 // rowID is the _sluice_id of the row of a record: derived from its
 // position, so that a replay or a retried load gives the same id.
 func (d *JSON) rowID(rec *batch.Record) string {
@@ -134,8 +209,9 @@ func (d *JSON) childID(parent string, idx int) string {
 
 // hashID is the id of key (batch.AppendLinkID), in the decoder's arena.
 func (d *JSON) hashID(key []byte) string {
-	var text [22]byte
-	return d.arena.string(batch.AppendLinkID(text[:0], key))
+	const n = 22 // 16 bytes in unpadded base64
+	b := batch.AppendLinkID(d.arena.alloc(n)[:0], key)
+	return unsafe.String(&b[0], len(b))
 }
 
 // decodeLists decodes the lists of the row just decoded (d.link) into
@@ -200,7 +276,7 @@ func (d *JSON) child(l pendingList) (*JSON, *Error) {
 		c.plan.contract.Columns = Evolve // a new table's first rows give it its columns
 	}
 	c.tree, c.suffix, c.parent, c.base = d.tree, suffix, d.suffix, l.depth
-	c.rows = batch.New(s, 16)
+	c.rows = batch.New(s, 0)
 	d.tree.all = append(d.tree.all, c)
 	return c, nil
 }
@@ -230,15 +306,22 @@ func (d *JSON) prefixed(path string) string {
 // c's table, and then its own lists.
 func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l pendingList, idx int) *Error {
 	c.at.parent, c.at.path, c.at.idx = parent, l.path, idx
-	c.link = link{parent: parent.link.id, root: parent.link.root, idx: int64(idx), id: c.childID(parent.link.id, idx)}
-	clear(c.vals)
+	c.link = link{up: parent, idx: int64(idx)}
 	c.lists = c.lists[:0]
+	if c.expect > 0 && c.rows.Len() == 0 {
+		c.rows, c.expect = batch.New(c.schema, c.expect), 0
+	}
 	var e *Error
 	switch elem.Type() {
 	case fastjson.TypeObject:
 		obj, _ := elem.Object()
+		if c.settled(rec, obj) {
+			return nil
+		}
+		clear(c.vals)
 		e = c.visitInferring(obj)
 	default:
+		clear(c.vals)
 		clear(c.keys)
 		clear(c.text)
 		if elem.Type() == fastjson.TypeArray && c.base+1 <= c.maxNesting {
@@ -274,13 +357,83 @@ func (c *JSON) element(rec *batch.Record, elem *fastjson.Value, parent *JSON, l 
 	return nil
 }
 
-// marks returns the number of rows of each child table, for rollback.
-func (t *tree) marks() []int {
-	m := make([]int, len(t.all))
-	for i, c := range t.all {
-		m[i] = c.rows.Len()
+// settled decodes an object element into a row of c's table in one
+// visit, each value straight into its column, when the element is like
+// the one before: every field at the position the hints have for it,
+// naming a column, with a scalar value its column takes; the missing
+// columns are NULL. That is the common case once the table's columns are
+// settled, and it checks every value as field does. For anything else
+// (a new field, fields in another order, a repeated field, a nested
+// object or list, a value that does not fit) it leaves c.rows as it was
+// and returns false: element then decodes the object field by field,
+// which gives that case its columns, its variant or its error.
+func (c *JSON) settled(rec *batch.Record, obj *fastjson.Object) bool {
+	n := c.rows.Len()
+	if obj.Len() > len(c.hints) || obj.Len() == 0 || c.hints[0].col < 0 {
+		return false // a table without the columns yet: no visit for nothing
 	}
-	return m
+	if len(c.filled) != len(c.cols) {
+		c.filled = make([]bool, len(c.cols))
+	}
+	filled := c.filled
+	clear(filled)
+	ok, pos := true, 0
+	obj.Visit(func(key []byte, val *fastjson.Value) {
+		if !ok {
+			return
+		}
+		h := &c.hints[pos]
+		pos++
+		i := h.col
+		if i < 0 || h.found > 0 || filled[i] || h.key != string(key) {
+			ok = false
+			return
+		}
+		if vt := val.Type(); vt == fastjson.TypeObject || vt == fastjson.TypeArray {
+			ok = false
+			return
+		}
+		if c.field(&c.cols[i], val, c.rows.Vectors[i]) != nil {
+			ok = false
+			return
+		}
+		filled[i] = true
+	})
+	for i := 0; ok && i < len(c.cols); i++ {
+		if filled[i] {
+			continue
+		}
+		col, vec := &c.cols[i], c.rows.Vectors[i]
+		switch col.origin {
+		case fromJSON:
+			ok = c.null(col, vec, "missing") == nil
+		// A child row and its parent always have ids (meta).
+		case fromID:
+			vec.AppendString(c.linkID())
+		case fromParentID:
+			vec.AppendString(c.link.up.linkID())
+		case fromRootID:
+			vec.AppendString(c.rootID())
+		case fromListIdx:
+			vec.AppendInt(c.link.idx)
+		default:
+			ok = c.meta(col, rec, vec) == nil
+		}
+	}
+	if !ok {
+		c.rows.Truncate(n)
+	}
+	return ok
+}
+
+// marks returns the number of rows of each child table, for rollback;
+// valid until the next call.
+func (t *tree) marks() []int {
+	t.mark = t.mark[:0]
+	for _, c := range t.all {
+		t.mark = append(t.mark, c.rows.Len())
+	}
+	return t.mark
 }
 
 // rollback takes the child rows back to marks; tables created since hold

@@ -2,10 +2,13 @@ package decode
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/flows/batch"
+	"github.com/valyala/fastjson"
 )
 
 func fuzzSchema() batch.Schema {
@@ -156,3 +159,100 @@ func canonical(s string) bool {
 }
 
 func hasLowerZ(s string) bool { return len(s) > 0 && s[len(s)-1] == 'z' }
+
+// FuzzSettledElements checks that the elements of a list decode into
+// their child rows as they do one by one (the first element of a fresh
+// decoder is decoded field by field, the next ones often in one visit):
+// the same values, or a dead letter of the record when one of them does
+// not decode alone.
+func FuzzSettledElements(f *testing.F) {
+	for _, seed := range []string{
+		`[{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"b": "z", "a": 3}]`,
+		`[{"a": 1, "b": "x", "a": 4}, {"a": null, "b": "y"}, {}, {"a": 1.5}]`,
+		`[{"a": 1, "b": "x"}, {"a": "two", "b": "y"}, {"a": 3, "b": {"c": 1}}]`,
+		"[{\"a\": 1, \"b\": \"x\"}, {\"a\": 2, \"b\": \"caf\xe9\"}]",
+		`[{"a": 1, "b": "x", "c": true}, {"a": 2, "c": false, "b": "y"}, {"a": 9223372036854775808}]`,
+		`[{"a": 10, "b": "2024-01-01T00:00:00Z"}, {"a": -0, "b": "2024-01-01T00:00:00Z"}, {"a": 01}]`,
+	} {
+		f.Add([]byte(seed))
+	}
+	schema := func(found []batch.Column) batch.Schema { return withLinks(found) }
+	root := batch.Schema{Columns: []batch.Column{{Name: batch.IDColumn, Type: batch.String, Nullable: true}}}
+	f.Fuzz(func(t *testing.T, list []byte) {
+		var p fastjson.Parser
+		v, err := p.ParseBytes(list)
+		if err != nil || v.Type() != fastjson.TypeArray {
+			return
+		}
+		elems := v.GetArray()
+		if len(elems) == 0 || len(elems) > 64 {
+			return
+		}
+		for _, e := range elems {
+			if e.Type() != fastjson.TypeObject {
+				return
+			}
+		}
+		msg := `{"items": ` + string(list) + `}`
+		first, err := NewInferring(batch.Schema{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.DecodeAll([]batch.Record{{Topic: "t", Value: []byte(msg)}}, batch.New(batch.Schema{}, 0), nil)
+		first.Found()
+		kids := map[string]batch.Schema{}
+		for suffix, c := range first.FoundChildren() {
+			kids[suffix] = schema(c.Columns)
+		}
+		if _, ok := kids["items"]; !ok {
+			return
+		}
+		decode := func(m string) (*batch.Batch, []batch.DeadLetter) {
+			d, err := NewInferring(root, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Govern(Contract{Columns: Freeze, DataType: Freeze})
+			d.SetChildren(kids)
+			out := batch.New(root, 1)
+			dls := d.DecodeAll([]batch.Record{{Topic: "t", Value: []byte(m)}}, out, nil)
+			return d.ChildRows()["items"], dls
+		}
+		all, dls := decode(msg)
+		var want []string
+		bad := false
+		for _, e := range elems {
+			one, odls := decode(`{"items": [` + string(e.MarshalTo(nil)) + `]}`)
+			if len(odls) > 0 {
+				bad = true
+				continue
+			}
+			want = append(want, valuesText(one, 0))
+		}
+		if bad != (len(dls) > 0) {
+			t.Fatalf("%s: dead letters %v, one by one bad=%v", msg, dls, bad)
+		}
+		if bad {
+			if all.Len() != 0 {
+				t.Fatalf("%s: a dead letter with %d child rows", msg, all.Len())
+			}
+			return
+		}
+		for i, w := range want {
+			if got := valuesText(all, i); got != w {
+				t.Fatalf("%s: element %d: %s, one by one %s", msg, i, got, w)
+			}
+		}
+	})
+}
+
+// valuesText renders row i of a child table's columns other than the links.
+func valuesText(b *batch.Batch, i int) string {
+	var s []string
+	for c, col := range b.Schema.Columns {
+		if !batch.IsLinkColumn(col.Name) {
+			s = append(s, fmt.Sprintf("%s=%v", col.Name, b.Vectors[c].Value(i)))
+		}
+	}
+	return strings.Join(s, " ")
+}

@@ -287,7 +287,7 @@ func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
 		d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: batch.String, Nullable: true})
 		return nil
 	}
-	if i, ok := d.foundAt[name]; ok && absorbs(d.found[i].Type, vt) {
+	if i, ok := d.foundAt[name]; ok && (absorbs(d.found[i].Type, vt) || d.keeps(d.found[i].Type, val)) {
 		return nil
 	}
 	if vt == fastjson.TypeNumber {
@@ -309,6 +309,25 @@ func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
 	t, _, d.num = inferKind(val, d.num)
 	d.found = appendFound(d.found, &d.foundAt, batch.Column{Name: name, Type: t, Nullable: true})
 	return nil
+}
+
+// keeps reports whether a new column found as int64 or timestamp stays so
+// with one more value: an integer in range, an RFC 3339 string. The value
+// would find the column's type again (a type a writer schema states is
+// one it takes), so unknown has nothing to do.
+func (d *JSON) keeps(t batch.Type, val *fastjson.Value) bool {
+	switch {
+	case t == batch.Int64 && val.Type() == fastjson.TypeNumber:
+		d.num = val.MarshalTo(d.num[:0])
+		text := b2s(d.num)
+		_, ok, inRange := parseInt(text)
+		return ok && inRange && isJSONNumber(text)
+	case t == batch.Timestamp && val.Type() == fastjson.TypeString:
+		b, _ := val.StringBytes()
+		_, ok := parseTimestamp(b2s(b))
+		return ok
+	}
+	return false
 }
 
 // absorbs reports whether a column inferred as t takes every value of
@@ -381,8 +400,10 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 		h := &d.hints[pos]
 		pos++
 		if vt := val.Type(); vt == fastjson.TypeObject || vt == fastjson.TypeArray {
-			n := d.columnName(key)
-			err = d.nested(n.name, n.key, val, d.base+1)
+			if h.nest.key == "" || h.nest.key != string(key) {
+				h.nest = d.columnName(key)
+			}
+			err = d.nested(h.nest.name, h.nest.key, val, d.base+1)
 			return
 		}
 		if h.key == "" || h.key != string(key) {
@@ -408,8 +429,9 @@ func (d *JSON) visitInferring(obj *fastjson.Object) *Error {
 		}
 		if h.found > 0 {
 			// A new field, met at this position before.
-			if vt := val.Type(); vt != fastjson.TypeNull && !absorbs(d.found[h.found-1].Type, vt) {
-				err = d.unknown(d.found[h.found-1].Name, val)
+			f := &d.found[h.found-1]
+			if vt := val.Type(); vt != fastjson.TypeNull && !absorbs(f.Type, vt) && !d.keeps(f.Type, val) {
+				err = d.unknown(f.Name, val)
 			}
 			return
 		}

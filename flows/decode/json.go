@@ -104,7 +104,8 @@ func micros(x, per int64) (int64, string) {
 type hint struct {
 	key   string // a column name; "" when the key was not a column
 	col   int
-	found int // inferring: 1 + the index in found of the field that is no column yet, or 0
+	found int        // inferring: 1 + the index in found of the field that is no column yet, or 0
+	nest  normalized // inferring: the key there last time it held an object or a list, and its column name
 }
 
 // plan is what NewJSON derives from the schema; clones share it.
@@ -185,6 +186,8 @@ type JSON struct {
 	lists  []pendingList // the current record's lists, decoded after its row
 	link   link          // the ids of the row being decoded
 	rows   *batch.Batch  // a child decoder: the rows of its table decoded so far
+	filled []bool        // a child decoder: per column, whether settled filled it
+	expect int           // a child decoder: the rows to make room for when the first comes
 	at     struct {      // a child decoder: the element being decoded
 		parent *JSON
 		path   string
@@ -355,6 +358,9 @@ func (d *JSON) Decode(rec *batch.Record, out *batch.Batch) error {
 func (d *JSON) DecodeAll(recs []batch.Record, out *batch.Batch, dls []batch.DeadLetter) []batch.DeadLetter {
 	d.check(out)
 	for i := range recs {
+		if i > 0 && i == len(recs)/presizeAt && d.tree != nil {
+			d.tree.presize(i, len(recs))
+		}
 		rec := &recs[i]
 		if err := d.decode(rec, out); err != nil {
 			if err.Reason == reasonDiscarded {
@@ -422,8 +428,7 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 	if d.tree != nil {
 		d.link = link{}
 		if len(d.lists) > 0 || d.hasID {
-			d.link.id = d.rowID(rec)
-			d.link.root = d.link.id
+			d.link.rec = rec
 		}
 	}
 	for moves := 0; ; moves++ {
@@ -529,19 +534,23 @@ func (d *JSON) meta(c *column, rec *batch.Record, vec *batch.Vector) *Error {
 		}
 		vec.AppendInt(rec.Timestamp.UnixMicro())
 	case fromID, fromParentID, fromRootID:
-		v := d.link.id
+		var v string
 		switch c.origin {
+		case fromID:
+			v = d.linkID()
 		case fromParentID:
-			v = d.link.parent
+			if d.link.up != nil {
+				v = d.link.up.linkID()
+			}
 		case fromRootID:
-			v = d.link.root
+			v = d.rootID()
 		}
 		if v == "" {
 			return d.null(c, vec, "the row has no id")
 		}
 		vec.AppendString(v)
 	case fromListIdx:
-		if d.link.parent == "" {
+		if d.link.up == nil {
 			return d.null(c, vec, "the row is in no list")
 		}
 		vec.AppendInt(d.link.idx)
@@ -585,7 +594,7 @@ func (d *JSON) field(c *column, val *fastjson.Value, vec *batch.Vector) *Error {
 			return d.mismatch(c, val, "is not a string")
 		}
 		b, _ := val.StringBytes()
-		if !utf8.Valid(b) {
+		if !validUTF8(b) {
 			return invalidUTF8(c.name, b)
 		}
 		vec.AppendString(d.arena.string(b))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/flows/batch"
 )
@@ -106,6 +107,23 @@ func trimSpace(s string) string {
 // a number with a fraction or an exponent; inRange is false for an integer
 // that does not fit.
 func parseInt(s string) (x int64, ok, inRange bool) {
+	// Up to 18 digits, the common case, always fit: read them here.
+	i, neg := 0, len(s) > 0 && s[0] == '-'
+	if neg {
+		i = 1
+	}
+	if n := len(s) - i; n > 0 && n <= 18 {
+		for ; i < len(s) && s[i]-'0' <= 9; i++ {
+			x = x*10 + int64(s[i]-'0')
+		}
+		if i == len(s) {
+			if neg {
+				x = -x
+			}
+			return x, true, true
+		}
+		x = 0
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] == '.' || s[i] == 'e' || s[i] == 'E' {
 			return 0, false, false
@@ -341,4 +359,19 @@ func daysFromCivil(y, m, d int64) int64 {
 	doy := (153*mp+2)/5 + d - 1
 	doe := yoe*365 + yoe/4 - yoe/100 + doy
 	return era*146097 + doe - 719468
+}
+
+// validUTF8 is utf8.Valid, answered in a loop of its own for a short
+// ASCII string (most strings of a record), which the general check takes
+// several times as long over.
+func validUTF8(b []byte) bool {
+	if len(b) > 16 {
+		return utf8.Valid(b)
+	}
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return utf8.Valid(b)
+		}
+	}
+	return true
 }

@@ -49,6 +49,8 @@
 // decimal(P,S): DECIMAL(P,S) over INT64 for P <= 18, over
 // FIXED_LEN_BYTE_ARRAY(16) (big-endian two's complement) above, without
 // min/max statistics (their bytes would compare unsigned); bytes: BYTE_ARRAY.
+// The row ids (_sluice_id, _sluice_parent_id, _sluice_root_id) have no
+// min/max statistics either: they are hashes, whose bounds prune nothing.
 // Nullable columns are OPTIONAL, the others REQUIRED. Columns are written a
 // column at a time through parquet-go's ColumnWriters, row groups of up to 1M
 // rows. Load files are Snappy-compressed (the fast path), compacted files

@@ -180,19 +180,21 @@ func fileSchema(s batch.Schema, withLoadID bool) *parquet.Schema {
 // fileWriter writes one Parquet file column by column. It is not safe for
 // concurrent use.
 type fileWriter struct {
-	f       fsys.File
-	buf     *bufio.Writer // from writeBufs, between w and f
-	w       *parquet.GenericWriter[any]
-	cols    []*parquet.ColumnWriter
-	schema  batch.Schema
-	loadID  string
-	loadCol bool  // the file has a _sluice_load_id column holding loadID
-	rows    int64 // rows written
-	rgRows  int   // rows in the current row group
-	flushed int64 // file size estimate at the last row group's end
-	vals    []parquet.Value
-	fixed   []byte          // scratch for 16-byte decimals
-	elems   []parquet.Value // scratch for arrays' elements
+	f         fsys.File
+	buf       *bufio.Writer // from writeBufs, between w and f
+	w         *parquet.GenericWriter[any]
+	cols      []*parquet.ColumnWriter
+	schema    batch.Schema
+	loadID    string
+	loadCol   bool  // the file has a _sluice_load_id column holding loadID
+	rows      int64 // rows written
+	rgRows    int   // rows in the current row group
+	flushed   int64 // file size estimate at the last row group's end
+	vals      []parquet.Value
+	loadIDs   []parquet.Value // values of loadIDsOf, up to valueChunk
+	loadIDsOf string
+	fixed     []byte          // scratch for 16-byte decimals
+	elems     []parquet.Value // scratch for arrays' elements
 }
 
 // createFile creates path and returns a writer of schema's files whose
@@ -220,9 +222,16 @@ func newFileWriter(disk fsys.FS, path string, schema batch.Schema, loadID string
 	}
 	// Min/max statistics of FIXED_LEN_BYTE_ARRAY decimals would compare the
 	// bytes unsigned, which orders negative values wrongly; leave them out
-	// rather than mislead a reader's pruning.
+	// rather than mislead a reader's pruning. Those of the row ids
+	// (_sluice_id, _sluice_parent_id, _sluice_root_id) are hashes: any page
+	// spans about their whole range, which prunes nothing, and comparing
+	// every id twice a page cost a third of writing a child table.
 	for _, c := range schema.Columns {
+		skip := c.Name == batch.IDColumn || c.Name == batch.ParentIDColumn || c.Name == batch.RootIDColumn
 		if t := c.Type.Scalar(); t.Kind == batch.KindDecimal && t.Precision > 18 {
+			skip = true
+		}
+		if skip {
 			path := []string{c.Name}
 			if c.Type.Kind == batch.KindArray {
 				path = append(path, "list", "element")
@@ -344,14 +353,21 @@ func strBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s
 
 func (fw *fileWriter) writeLoadIDs(n int) error {
 	cw := fw.cols[len(fw.cols)-1]
-	id := parquet.ByteArrayValue(strBytes(fw.loadID))
-	for n > 0 {
-		k := min(n, len(fw.vals))
-		vs := fw.vals[:k]
-		for i := range vs {
-			vs[i] = id
+	// Filled once for each load id (compaction writes several to a file):
+	// filling a chunk again for each write stored a pointer a row, a write
+	// barrier each while the collector runs.
+	if fw.loadIDsOf != fw.loadID {
+		fw.loadIDs, fw.loadIDsOf = fw.loadIDs[:0], fw.loadID
+	}
+	if want := min(n, valueChunk); len(fw.loadIDs) < want {
+		id := parquet.ByteArrayValue(strBytes(fw.loadID))
+		for len(fw.loadIDs) < want {
+			fw.loadIDs = append(fw.loadIDs, id)
 		}
-		if _, err := cw.WriteRowValues(vs); err != nil {
+	}
+	for n > 0 {
+		k := min(n, len(fw.loadIDs))
+		if _, err := cw.WriteRowValues(fw.loadIDs[:k]); err != nil {
 			return err
 		}
 		n -= k

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/big"
 	"math/rand/v2"
@@ -185,10 +186,12 @@ func TestFileReadableByOtherReaders(t *testing.T) {
 
 // TestFileStatistics checks the min/max statistics readers prune with: set
 // and right for ordered columns, absent for 16-byte decimals (whose bytes
-// would compare unsigned).
+// would compare unsigned) and for the row ids (hashes).
 func TestFileStatistics(t *testing.T) {
 	dir := t.TempDir()
-	schema := batch.Schema{Columns: []batch.Column{{Name: "i", Type: batch.Int64}, {Name: "dec38", Type: batch.Decimal(38, 0)}}}
+	schema := batch.Schema{Columns: []batch.Column{{Name: "i", Type: batch.Int64}, {Name: "dec38", Type: batch.Decimal(38, 0)},
+		{Name: "s", Type: batch.String}, {Name: batch.RootIDColumn, Type: batch.String}, {Name: batch.ParentIDColumn, Type: batch.String},
+		{Name: batch.IDColumn, Type: batch.String, Nullable: true}}}
 	fw, err := createFile(fsys.OS{}, filepath.Join(dir, "f.parquet"), schema, "l", loadCodec)
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +200,9 @@ func TestFileStatistics(t *testing.T) {
 	for _, x := range []int64{-5, 7} {
 		b.Vectors[0].AppendInt(x)
 		b.Vectors[1].AppendDecimal(batch.Dec128FromInt64(x))
+		for c := 2; c < len(schema.Columns); c++ {
+			b.Vectors[c].AppendString(fmt.Sprint("v", x))
+		}
 	}
 	if err := fw.write(b); err != nil {
 		t.Fatal(err)
@@ -213,9 +219,17 @@ func TestFileStatistics(t *testing.T) {
 	if st := cols[1].MetaData.Statistics; len(st.MinValue) != 0 || len(st.MaxValue) != 0 || len(st.Min) != 0 || len(st.Max) != 0 {
 		t.Errorf("16-byte decimal has statistics %x..%x", st.MinValue, st.MaxValue)
 	}
+	if st := cols[2].MetaData.Statistics; string(st.MinValue) != "v-5" || string(st.MaxValue) != "v7" {
+		t.Errorf("string statistics %q..%q, want v-5..v7", st.MinValue, st.MaxValue)
+	}
+	for c := 3; c < len(schema.Columns); c++ {
+		if st := cols[c].MetaData.Statistics; len(st.MinValue) != 0 || len(st.MaxValue) != 0 || len(st.Min) != 0 || len(st.Max) != 0 {
+			t.Errorf("%s has statistics %q..%q", schema.Columns[c].Name, st.MinValue, st.MaxValue)
+		}
+	}
 	for i, ci := range pf.ColumnIndexes() {
-		if i == 1 && len(ci.MinValues) > 0 && len(ci.MinValues[0]) > 0 {
-			t.Errorf("16-byte decimal has a column index with bounds %x", ci.MinValues)
+		if (i == 1 || i >= 3 && i < len(schema.Columns)) && len(ci.MinValues) > 0 && len(ci.MinValues[0]) > 0 {
+			t.Errorf("%s has a column index with bounds %x", schema.Columns[i].Name, ci.MinValues)
 		}
 	}
 }
