@@ -171,7 +171,7 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 	n := len(entries)
 	targets := make([]string, n)
 	keys := make([]string, n)
-	values := sizedStrings{values: make([]string, n)}
+	values, valueBytes := make([]string, n), 0
 	deleted := make([]uint8, n)
 	versions := make([]uint64, n)
 	for i, e := range entries {
@@ -182,11 +182,11 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 		}
 		// The column copies the bytes as it appends them: a string over
 		// them saves a copy of every state.
-		values.values[i] = unsafe.String(unsafe.SliceData(e.Value), len(e.Value))
-		values.bytes += len(e.Value)
+		values[i] = unsafe.String(unsafe.SliceData(e.Value), len(e.Value))
+		valueBytes += len(e.Value)
 	}
 	names := []string{"target", "key", "value", "deleted", "version"}
-	if err := l.stage(ctx, cdcStateTable, names, []any{targets, keys, values, deleted, versions}, n); err != nil {
+	if err := l.stage(ctx, cdcStateTable, names, []any{targets, keys, sizedStrings{values, valueBytes}, deleted, versions}, n); err != nil {
 		return l.goneErr(ctx, table, err)
 	}
 	s.log.Debug("cdc states staged", "load", l.meta.LoadID, "table", table, "states", n)

@@ -120,7 +120,7 @@ func TestPresize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		presize(col, n)
+		presize(col, len(values), n)
 		if col.Rows() != 0 {
 			t.Fatalf("presize(%d) left %d rows", n, col.Rows())
 		}
@@ -141,25 +141,29 @@ func TestPresize(t *testing.T) {
 		}
 	}
 
-	// The point: 10,000 values of 400 bytes go in without the buffer
-	// growing value by value.
-	many := make([]string, 10_000)
-	for i := range many {
-		many[i] = strings.Repeat("s", 400)
-	}
-	allocs := func(n int) float64 {
+	// The point: values go in without the buffers growing value by value,
+	// so a presized column takes as many allocations for 40,000 values as
+	// for 10,000.
+	allocs := func(count, n int) float64 {
+		many := make([]string, count)
+		for i := range many {
+			many[i] = strings.Repeat("s", 400)
+		}
 		return testing.AllocsPerRun(3, func() {
 			col, err := chcolumn.Type("String").Column("v", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			presize(col, n)
+			presize(col, len(many), n*len(many))
 			if _, err := col.Append(many); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
-	if with, without := allocs(400*len(many)), allocs(0); with > without-10 {
+	if small, large := allocs(10_000, 400), allocs(40_000, 400); large > small {
+		t.Errorf("a presized column took %.0f allocations for 10,000 values, %.0f for 40,000: its buffers still grow", small, large)
+	}
+	if with, without := allocs(10_000, 400), allocs(10_000, 0); with > without-10 {
 		t.Errorf("appending to a presized column took %.0f allocations, %.0f without: the buffer still grows", with, without)
 	}
 }

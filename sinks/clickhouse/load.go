@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/ch-go/proto"
+	chcolumn "github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/sluicehq/sluice/flows/batch"
@@ -266,7 +267,12 @@ func (l *load) stage(ctx context.Context, table string, names []string, vals []a
 		case nativeColumn:
 			err = decodeColumn(bt, i, v, n)
 		case sizedStrings:
-			presize(bt.Columns()[i], v.bytes)
+			col := bt.Columns()[i]
+			if nc, ok := col.(*chcolumn.Nullable); ok {
+				presize(nc.Base(), n, v.bytes)
+			} else {
+				presize(col, n, v.bytes)
+			}
 			err = bt.Column(i).Append(v.values)
 		default:
 			err = bt.Column(i).Append(v)
@@ -297,34 +303,49 @@ func (s *Sink) stageValues(table string, cols []column, b *batch.Batch) (names [
 		if err != nil {
 			return nil, nil, err
 		}
+		if v := b.Vectors[i]; v.Type.Kind == batch.KindString && c.storage == storeString {
+			vals[i] = sizedStrings{values: vals[i], bytes: stringBytes(v.Strs)}
+		}
 	}
 	return names, vals, nil
 }
 
-// sizedStrings is a String column's values with their total length, which
-// stage makes room for before appending them (see presize).
+// sizedStrings is a String or Nullable(String) column's values ([]string or
+// []*string) with their total length, which stage makes room for before
+// appending them (see presize).
 type sizedStrings struct {
-	values []string
+	values any
 	bytes  int
 }
 
-// presize makes an empty String column of a batch hold n bytes of values
-// without growing its buffer value by value, as appending them does (each
-// doubling copies what it holds): decoding one value of n bytes sizes the
-// buffer, and Reset keeps its capacity (ch-go's ColStr). It only saves
-// work: a column that does not keep the capacity grows as it would have.
+func stringBytes(vals []string) int {
+	n := 0
+	for _, v := range vals {
+		n += len(v)
+	}
+	return n
+}
+
+// presize makes an empty String column of a batch hold rows values of n
+// bytes in all without growing its buffers value by value, as appending
+// them does (each doubling copies what it holds). It decodes a stream of
+// one value of n bytes as rows values: ch-go's ColStr makes room for the
+// positions of all rows first, reading the one value sizes the bytes, the
+// stream's end stops it at the second value, and Reset keeps both
+// capacities. It only saves work: a column that does not keep the
+// capacity grows as it would have.
 func presize(col interface {
 	Rows() int
 	Decode(*proto.Reader, int) error
 	Reset()
-}, n int) {
+}, rows, n int) {
 	if n <= 0 || col.Rows() != 0 {
 		return
 	}
 	var hdr [binary.MaxVarintLen64]byte
 	k := binary.PutUvarint(hdr[:], uint64(n))
 	r := io.MultiReader(bytes.NewReader(hdr[:k]), io.LimitReader(zeros{}, int64(n)))
-	_ = col.Decode(proto.NewReader(r), 1) // on an error, Reset empties what it left too
+	_ = col.Decode(proto.NewReader(r), max(rows, 1)) // the end of r ends it; Reset empties what it left
 	col.Reset()
 }
 
