@@ -110,6 +110,7 @@ func (r *runner) commitAs(ctx context.Context, f *spec.Flow, ledgerFlow string, 
 			Flow:       ledgerFlow,
 			Targets:    []string{f.Target},
 			Generation: generation,
+			Slots:      loadSlots(c),
 		})
 		if err != nil {
 			return err
@@ -235,4 +236,18 @@ func (r *runner) heads(ctx context.Context, flow string, ps batch.Positions) (si
 		return err
 	})
 	return h, err
+}
+
+// loadSlots returns the slots a commit continues (those it reaches when it
+// names no From), for sinks.LoadMeta.
+func loadSlots(c sinks.Commit) []string {
+	ps := c.From
+	if len(ps) == 0 {
+		ps = c.To
+	}
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, sinks.Slot(p))
+	}
+	return out
 }

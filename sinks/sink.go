@@ -58,6 +58,9 @@ type LoadMeta struct {
 	Flow       string
 	Targets    []string
 	Generation int64 // consumer group generation of the writer, 0 when none
+	// Slots are the slots (Slot) the load will continue, when known at
+	// Begin: a destination spread over shards places a load by its first.
+	Slots []string
 }
 
 // Commit is what a load's ledger row records besides its meta.
