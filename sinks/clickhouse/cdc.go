@@ -78,11 +78,11 @@ type cdcTable struct {
 
 // replacing renders the ReplacingMergeTree engine of a table of versioned
 // rows, with the is_deleted column where the server has it.
-func (s *Sink) replacing(version, deleted string) string {
+func (s *Sink) replacing(cl chsql.Cluster, version, deleted string) string {
 	if s.feat.isDeleted {
-		return s.opts.cluster().Engine("ReplacingMergeTree", version, deleted)
+		return cl.Engine("ReplacingMergeTree", version, deleted)
 	}
-	return s.opts.cluster().Engine("ReplacingMergeTree", version)
+	return cl.Engine("ReplacingMergeTree", version)
 }
 
 // validateCDC checks a CDC target's spec beyond what every table needs.
@@ -163,7 +163,7 @@ func (s *Sink) createPhysSQL(t sinks.Table) string {
 	b.WriteString("\t" + chsql.Quote(deletedColumn) + " UInt8,\n")
 	b.WriteString("\t" + chsql.Quote(versionColumn) + " UInt64,\n")
 	b.WriteString("\t" + chsql.Quote(batch.LoadIDColumn) + " String" + cm.column() + "\n")
-	b.WriteString(") ENGINE = " + s.replacing(chsql.Quote(versionColumn), chsql.Quote(deletedColumn)))
+	b.WriteString(") ENGINE = " + s.replacing(s.opts.cluster(), chsql.Quote(versionColumn), chsql.Quote(deletedColumn)))
 	if len(t.PartitionBy) > 0 {
 		b.WriteString(" PARTITION BY " + keyExpr(t.PartitionBy))
 	}
@@ -186,6 +186,9 @@ func (s *Sink) createViewSQL(name string, cols []column) string {
 func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 	if err := validateCDC(t); err != nil {
 		return err
+	}
+	if s.sharded() {
+		return s.errCDCShards(t.Name)
 	}
 	phys := physName(t.Name)
 	s.forget(t.Name)

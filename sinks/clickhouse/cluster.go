@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,15 +29,16 @@ type servers struct {
 
 	mu     sync.Mutex
 	open   map[string]*Sink
-	cur    int  // index in addrs of the server loads go to
-	closed bool // by close: no server is connected again
+	down   map[string]time.Time // when a server did not answer, for shardAddr
+	cur    int                  // index in addrs of the server loads go to
+	closed bool                 // by close: no server is connected again
 
 	stop func()
 	done chan struct{}
 }
 
 func newServers(parent *Sink, addrs []string) *servers {
-	return &servers{parent: parent, addrs: addrs, open: map[string]*Sink{}}
+	return &servers{parent: parent, addrs: addrs, open: map[string]*Sink{}, down: map[string]time.Time{}}
 }
 
 // get returns the sink of a server, connecting to it on first use.
@@ -59,14 +61,14 @@ func (v *servers) get(ctx context.Context, addr string) (*Sink, error) {
 	}
 	ss.zk, ss.server, ss.parent = p.zk, addr, p
 	shard, shards, err := ss.shardOf(ctx)
-	if err == nil && shards > 1 {
-		err = errShards(p.opts.Cluster, shards)
+	if err == nil && shards != p.shards {
+		err = fmt.Errorf("clickhouse: server %s lists %d shards in cluster %s, server %v %d: give the servers the same remote_servers", addr, shards, p.opts.Cluster, p.opts.Addr, p.shards)
 	}
 	if err != nil {
 		ss.Close()
 		return nil, err
 	}
-	ss.shard = shard
+	ss.shard, ss.shards = shard, shards
 	if err := ss.ensureSystem(ctx); err != nil {
 		ss.Close()
 		return nil, err
@@ -167,6 +169,12 @@ func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, e
 			break
 		}
 	}
+	placed := false
+	if v.parent.sharded() && leased == "" && len(meta.Slots) > 0 {
+		if a := v.shardAddr(ctx, slotShard(meta.Slots[0], v.parent.shards)); a != "" {
+			addr, placed = a, true
+		}
+	}
 	ss, err := v.get(ctx, addr)
 	if err == nil {
 		var l sinks.Load
@@ -177,6 +185,9 @@ func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, e
 	if unreachable(err) {
 		if leased != "" {
 			v.parent.forgetLeaseServer(leased, addr)
+		}
+		if placed {
+			v.passOver(addr)
 		}
 		if addr == v.addrs[i] {
 			v.next(i, err)
@@ -356,11 +367,14 @@ func (s *Sink) clusterOpen(ctx context.Context) error {
 	if s.opts.Cluster == "" {
 		return nil
 	}
-	if _, shards, err := s.shardOf(ctx); err != nil {
+	_, shards, err := s.shardOf(ctx)
+	if err != nil {
 		return err
-	} else if shards > 1 {
-		return errShards(s.opts.Cluster, shards)
 	}
+	if shards > 1 && !strings.Contains(s.opts.ZooKeeperPath, "{shard}") {
+		return fmt.Errorf("clickhouse: cluster %s has %d shards and zookeeper_path %q names no {shard}: the shards' tables would be one replicated table, each shard holding every row; put {shard} in the path", s.opts.Cluster, shards, s.opts.ZooKeeperPath)
+	}
+	s.shards = shards
 	c, err := openCoord(s.opts.ZooKeeper, s.opts.Cluster, s.opts.Database, s.log)
 	if err != nil {
 		return err
@@ -369,12 +383,6 @@ func (s *Sink) clusterOpen(ctx context.Context) error {
 	s.srv = newServers(s, s.opts.Addr)
 	s.srv.connectLater(s.opts.CleanupEvery)
 	return nil
-}
-
-// errShards refuses a cluster of several shards (docs/clickhouse.md,
-// "Limits").
-func errShards(cluster string, shards uint32) error {
-	return fmt.Errorf("clickhouse: cluster %s has %d shards: sluice writes a cluster of one shard (its replicas) so far; name a cluster of one shard in cluster, or write each shard as a destination of its own", cluster, shards)
 }
 
 // isReady reports whether sluice's tables were set up by this sink.

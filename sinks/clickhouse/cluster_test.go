@@ -119,8 +119,13 @@ func TestClusterTargets(t *testing.T) {
 		}
 		for i, c := range replicas {
 			for table, engine := range want {
-				if got, full := engineOf(t, c, db, table); got != engine || engine != "View" && !strings.Contains(full, "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'") {
-					t.Errorf("replica %d: %s is %q (%s), want %s with the macro path", i+1, table, got, full, engine)
+				// Targets per shard, sluice's own tables one across the shards.
+				path := "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
+				if strings.HasPrefix(table, sluicePrefix) && table != physName("cust") && table != physName("hist") {
+					path = "'/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}'"
+				}
+				if got, full := engineOf(t, c, db, table); got != engine || engine != "View" && !strings.Contains(full, path) {
+					t.Errorf("replica %d: %s is %q (%s), want %s with the path %s", i+1, table, got, full, engine, path)
 				}
 			}
 		}

@@ -161,13 +161,131 @@ func waitIDs(t testing.TB, addr, db, table string, want []int64, where string) {
 	}
 }
 
-// TestClusterShardsRefused: a cluster of several shards is refused when
-// the sink connects, naming the remedy.
-func TestClusterShardsRefused(t *testing.T) {
+// dialSharded is dialCluster on the cluster of two shards, first server
+// first.
+func dialSharded(t testing.TB, c *chtest.Cluster, db string, first int, mod ...func(*Options)) *Sink {
+	t.Helper()
+	addrs := []string{c.ShardAddrs[first], c.ShardAddrs[1-first]}
+	return dial(t, addrs[0], db, append([]func(*Options){func(o *Options) {
+		o.Addr, o.Cluster, o.ZooKeeper = addrs, c.ShardedName, []string{c.ZooKeeper}
+		o.CleanupEvery = time.Second
+	}}, mod...)...)
+}
+
+// TestClusterShards: on the cluster of two shards each load goes whole to
+// the shard of its slot, readers see every row once through the target's
+// Distributed table, a column added reaches both shards and the
+// Distributed table, a reset empties both shards, and CDC targets and
+// replace_partitions are refused naming the remedy.
+func TestClusterShards(t *testing.T) {
 	c := chtest.SharedCluster(t)
-	_, err := Open(context.Background(), Options{Addr: c.ShardAddrs, Database: "default", Cluster: c.ShardedName,
-		ZooKeeper: []string{c.ZooKeeper}, DialTimeout: 5 * time.Second, CleanupEvery: -1})
-	if err == nil || !strings.Contains(err.Error(), "has 2 shards") || !strings.Contains(err.Error(), "one shard") {
-		t.Fatalf("Open on the sharded cluster: %v, want a refusal naming its 2 shards", err)
+	db := chtest.NewClusterDatabase(t, c)
+	ctx := context.Background()
+	a := dialSharded(t, c, db, 0)
+	defer a.Close()
+	b := dialSharded(t, c, db, 1)
+	defer b.Close()
+	table := sinks.Table{Name: "ev", Schema: batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64}}}}
+	for _, s := range []*Sink{a, b} {
+		if err := s.Ensure(ctx, []sinks.Table{table}); err != nil {
+			t.Fatalf("Ensure: %v", err)
+		}
+	}
+	const parts, per = 8, 25
+	var want []int64
+	for p := range int32(parts) {
+		s := []*Sink{a, b}[p%2] // both writers place by slot, whichever server they list first
+		pos := batch.Positions{{Topic: "t", Partition: p, Offset: per}}
+		l, err := s.Begin(ctx, sinks.LoadMeta{LoadID: fmt.Sprintf("p%d", p), Pipeline: sinktest.Pipeline, Flow: "f",
+			Targets: []string{"ev"}, Slots: []string{sinks.Slot(pos[0])}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := batch.New(table.Schema, per)
+		for i := range int64(per) {
+			id := int64(p)*1000 + i
+			rows.Vectors[0].AppendInt(id)
+			want = append(want, id)
+		}
+		if err := l.Write(ctx, "ev", rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(ctx, sinks.Commit{From: batch.Positions{{Topic: "t", Partition: p, Offset: -1}}, To: pos, Rows: per}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(want)
+	// Each shard holds the loads of the slots its hash picks, whole.
+	var held []int64
+	for i, addr := range c.ShardAddrs {
+		var mine []int64
+		for p := range int32(parts) {
+			if slotShard(sinks.Slot(batch.Position{Topic: "t", Partition: p}), 2) == uint32(i+1) {
+				for k := range int64(per) {
+					mine = append(mine, int64(p)*1000+k)
+				}
+			}
+		}
+		if len(mine) == 0 || len(mine) == len(want) {
+			t.Fatalf("the hash puts %d of %d rows on shard %d: pick other slots", len(mine), len(want), i+1)
+		}
+		waitIDs(t, addr, db, shardPrefix+"ev", mine, fmt.Sprintf("shard %d's table", i+1))
+		held = append(held, mine...)
+	}
+	slices.Sort(held)
+	if !slices.Equal(held, want) {
+		t.Fatalf("the shards hold %d rows, want %d", len(held), len(want))
+	}
+	for i, addr := range c.ShardAddrs {
+		waitIDs(t, addr, db, "ev", want, fmt.Sprintf("the distributed table through server %d", i+1))
+	}
+	got, err := b.Scan(ctx, "ev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != len(want) {
+		t.Fatalf("Scan: %d rows, want %d", got.Len(), len(want))
+	}
+
+	// A column added: both shards' tables and the Distributed table have it.
+	wider := table
+	wider.Schema = batch.Schema{Columns: append(slices.Clone(table.Schema.Columns), batch.Column{Name: "note", Type: batch.String, Nullable: true})}
+	if err := a.Ensure(ctx, []sinks.Table{wider}); err != nil {
+		t.Fatalf("Ensure with a column added: %v", err)
+	}
+	for i, addr := range c.ShardAddrs {
+		for _, name := range []string{shardPrefix + "ev", "ev"} {
+			probe := dial(t, addr, db)
+			cols, err := probe.conn.Query(ctx, "SELECT note FROM `"+db+"`.`"+name+"` LIMIT 1")
+			if err != nil {
+				t.Fatalf("server %d, %s: %v", i+1, name, err)
+			}
+			cols.Close()
+			probe.Close()
+		}
+	}
+	if err := b.Ensure(ctx, []sinks.Table{wider}); err != nil {
+		t.Fatalf("Ensure on the other server: %v", err)
+	}
+
+	// A reset empties both shards.
+	if err := a.Reset(ctx, []string{"ev"}, []string{"f"}); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	for i, addr := range c.ShardAddrs {
+		waitIDs(t, addr, db, "ev", nil, fmt.Sprintf("server %d after the reset", i+1))
+	}
+
+	cdc := sinks.Table{Name: "cur", Kind: sinks.KindSCD1, Keys: []string{"id"}, Schema: table.Schema}
+	if err := a.Ensure(ctx, []sinks.Table{cdc}); err == nil || !strings.Contains(err.Error(), "2 shards") || !strings.Contains(err.Error(), "one shard") {
+		t.Fatalf("Ensure of a CDC target on 2 shards: %v, want a refusal naming the remedy", err)
+	}
+	l, err := a.Begin(ctx, sinks.LoadMeta{LoadID: "replace", Pipeline: sinktest.Pipeline, Flow: "g", Targets: []string{"ev"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Abort(ctx)
+	if err := l.(sinks.PartitionLoad).ReplacePartitions(ctx, "ev", batch.New(batch.Schema{}, 0)); err == nil || !strings.Contains(err.Error(), "write: append") {
+		t.Fatalf("ReplacePartitions on 2 shards: %v, want a refusal naming the remedy", err)
 	}
 }

@@ -35,6 +35,27 @@ func TestClusterConformance(t *testing.T) {
 	}))...)
 }
 
+// TestShardedConformance runs the conformance suite of append targets,
+// and the reset suite, on the cluster of two shards: each target is a
+// table per shard under a Distributed table, which the suite reads.
+func TestShardedConformance(t *testing.T) {
+	c := chtest.SharedCluster(t)
+	probe := dialSharded(t, c, "default", 0)
+	defer probe.Close()
+	factory := func(t *testing.T) func() sinks.Sink {
+		db := chtest.NewClusterDatabase(t, c)
+		return func() sinks.Sink { return dialSharded(t, c, db, 0) }
+	}
+	t.Run("append", func(t *testing.T) {
+		sinktest.Run(t, factory, append(suiteOptions(probe), sinktest.PublishFault(func(t *testing.T, s sinks.Sink) {
+			s.(*Sink).failPublish.Store(true)
+		}))...)
+	})
+	t.Run("reset", func(t *testing.T) {
+		sinktest.RunReset(t, factory, append(suiteOptions(probe), sinktest.AppendOnly(), sinktest.CrashReset(stopResetAt("reset-committed")))...)
+	})
+}
+
 // TestClusterCDCConformance runs the CDC suite on the replicated cluster.
 func TestClusterCDCConformance(t *testing.T) {
 	c := chtest.SharedCluster(t)

@@ -264,9 +264,12 @@ func (s *Sink) ddl(ctx context.Context, what, stmt string) error {
 // answers Code 341 "Alter is not finished because some replicas are
 // inactive", having applied it here: a success with lag, which the replica
 // catches up with when back.
+//
+// On a cluster of several shards the ALTER is ON CLUSTER (onShards), and
+// Code 159 of a down server is a success with lag as for ddl.
 func (s *Sink) alter(ctx context.Context, what, stmt string) error {
 	err := s.conn.Exec(ctx, stmt)
-	if err != nil && s.opts.Cluster != "" && chsql.IsCode(err, chsql.CodeUnfinished) {
+	if err != nil && s.opts.Cluster != "" && (chsql.IsCode(err, chsql.CodeUnfinished) || s.sharded() && chsql.IsCode(err, chsql.CodeTimeoutExceeded)) {
 		s.log.Warn("alter not finished on every replica; they apply it when back", "what", what, "err", err)
 		return nil
 	}
@@ -282,7 +285,7 @@ type ddlStmt struct{ table, sql string }
 // systemDDL returns the statements creating sluice's own tables, in order.
 func (s *Sink) systemDDL() []ddlStmt {
 	ts := chType(batch.Timestamp, false, s.feat)
-	cl := s.opts.cluster()
+	cl := s.opts.cluster().Own()
 	on := cl.OnCluster()
 	return []ddlStmt{
 		{batch.LoadsTable, "CREATE TABLE IF NOT EXISTS " + s.table(batch.LoadsTable) + on + ` (
@@ -306,7 +309,7 @@ func (s *Sink) systemDDL() []ddlStmt {
 ) ENGINE = ` + cl.Engine("ReplacingMergeTree", "version") + ` ORDER BY (pipeline, id)`},
 		{cdcStateTable, "CREATE TABLE IF NOT EXISTS " + s.table(cdcStateTable) + on + ` (
 	target String, key String, value String, deleted UInt8, version UInt64, ` + chsql.Quote(batch.LoadIDColumn) + ` String
-) ENGINE = ` + s.replacing("version", "deleted") + ` PARTITION BY target ORDER BY (target, key)`},
+) ENGINE = ` + s.replacing(cl, "version", "deleted") + ` PARTITION BY target ORDER BY (target, key)`},
 		{resetsTable, "CREATE TABLE IF NOT EXISTS " + s.table(resetsTable) + on + ` (
 	reset_id String, pipeline String, kind String, flows String, tables String,
 	at ` + ts + `, at_us UInt32
@@ -325,6 +328,9 @@ func (s *Sink) systemDDL() []ddlStmt {
 // columns plus _sluice_load_id.
 func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, partitionBy string) string {
 	cl := s.opts.cluster()
+	if batch.IsOwnTable(name) {
+		cl = cl.Own()
+	}
 	cm := s.newComments()
 	var b strings.Builder
 	b.WriteString("CREATE TABLE IF NOT EXISTS ")
@@ -352,6 +358,7 @@ func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, par
 // replicated target deduplicates the attach of the same parts (a publish
 // repeated after a crash), and merged parts would be attached again.
 func (s *Sink) stageSQL(ctx context.Context, stage, table string) (string, error) {
+	table = s.local(table)
 	stmt := "CREATE TABLE " + s.table(stage) + " AS " + s.table(table)
 	if s.opts.Cluster == "" {
 		return stmt, nil
@@ -589,7 +596,7 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 		if len(t.PartitionBy) > 0 {
 			partition = keyExpr(t.PartitionBy)
 		}
-		if err := s.ddl(ctx, "create table "+t.Name, s.createSQL(t.Name, t.Schema.Columns, t.OrderBy, partition)); err != nil {
+		if err := s.ddl(ctx, "create table "+t.Name, s.createSQL(s.local(t.Name), t.Schema.Columns, t.OrderBy, partition)); err != nil {
 			return err
 		}
 		s.log.Info("table created", "table", t.Name, "order_by", t.OrderBy, "partition_by", t.PartitionBy)
@@ -609,6 +616,9 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 		return err
 	}
 	s.forget(t.Name)
+	if s.sharded() {
+		return s.ensureDistributed(ctx, t.Name, len(add) > 0)
+	}
 	return nil
 }
 
@@ -636,7 +646,9 @@ func (s *Sink) addColumns(ctx context.Context, table string, info *tableInfo, ad
 			after = declared.Columns[i-1].Name
 		}
 		typ, comment := columnType(c.Type, true, s.feat)
-		stmt := "ALTER TABLE " + s.table(table) + " ADD COLUMN " + chsql.Quote(c.Name) + " " + typ
+		// On several shards each shard's table is a replicated table of
+		// its own: ON CLUSTER reaches them all.
+		stmt := "ALTER TABLE " + s.table(s.local(table)) + s.onShards() + " ADD COLUMN " + chsql.Quote(c.Name) + " " + typ
 		if after != "" {
 			stmt += " AFTER " + chsql.Quote(after)
 		}
@@ -759,9 +771,11 @@ func (s *Sink) describe(ctx context.Context, name string) (*tableInfo, error) {
 	return info, err
 }
 
+// readTable describes a table as the server holds it: an append target of
+// a cluster of several shards by its shard's table (local).
 func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
 	rows, err := s.conn.Query(ctx, "SELECT engine, partition_key, sorting_key FROM system.tables WHERE database = ? AND name = ?",
-		s.opts.Database, name)
+		s.opts.Database, s.local(name))
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
 	}
@@ -781,7 +795,7 @@ func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
 		return nil, nil
 	}
 	rows, err = s.conn.Query(ctx, "SELECT name, type, comment, default_kind, default_expression FROM system.columns WHERE database = ? AND table = ?",
-		s.opts.Database, name)
+		s.opts.Database, s.local(name))
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
 	}

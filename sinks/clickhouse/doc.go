@@ -29,7 +29,9 @@
 // load's node and its slots' heads, compare-and-set), CDC leases live in
 // ZooKeeper with a fence every commit checks (zklease.go), and each load
 // goes through one server's own sink (cluster.go), which runs that
-// server's maintenance.
+// server's maintenance. On several shards an append target is a table
+// per shard under a Distributed table, and a load goes to the shard of its
+// first slot (shards.go).
 //
 // It must not import sources or the flow runner: it receives columnar
 // batches and positions and knows nothing of Kafka or files beyond what a

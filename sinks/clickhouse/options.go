@@ -62,7 +62,8 @@ type Options struct {
 	// must be replicated, and loads commit through ZooKeeper
 	// (docs/clickhouse.md, "Cluster targets" and "The protocol on a
 	// cluster"). Addr lists the cluster's servers: a load goes through one
-	// of them, the next when it does not answer. Empty: one server, plain
+	// of them, the next when it does not answer; on a cluster of several
+	// shards one of the shard of its first slot ("Shards"). Empty: one server, plain
 	// MergeTree tables, and an existing replicated table is refused.
 	// Staging tables stay plain, on the server a load goes through.
 	Cluster string

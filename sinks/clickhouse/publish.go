@@ -99,7 +99,7 @@ func (s *Sink) movePartition(ctx context.Context, verb, table, stage, pid string
 	if !validPartitionID(pid) {
 		return fmt.Errorf("clickhouse: staging table %s has partition id %q, which sluice cannot name", stage, pid)
 	}
-	stmt := "ALTER TABLE " + s.table(table) + " " + verb + " PARTITION ID '" + pid + "' FROM " + s.table(stage)
+	stmt := "ALTER TABLE " + s.table(s.local(table)) + " " + verb + " PARTITION ID '" + pid + "' FROM " + s.table(stage)
 	err := s.conn.Exec(ctx, stmt)
 	for try := 0; try < maxAlignments && chsql.IsCode(err, chsql.CodeIncompatibleColumns); try++ {
 		if aerr := s.alignStage(ctx, table, stage); aerr != nil {

@@ -72,7 +72,12 @@ func (l *load) ReplacePartitions(ctx context.Context, table string, parts *batch
 	if l.state != stateOpen {
 		return fmt.Errorf("clickhouse: replace partitions of %s: load %s is %s", table, l.meta.LoadID, l.stateName())
 	}
-	err := l.replacePartitions(ctx, table, parts)
+	var err error
+	if l.s.sharded() {
+		err = l.s.errReplaceShards(table)
+	} else {
+		err = l.replacePartitions(ctx, table, parts)
+	}
 	if err != nil && l.replaceErr == nil {
 		l.replaceErr = err
 	}

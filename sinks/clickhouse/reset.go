@@ -228,7 +228,7 @@ func (s *Sink) applyReset(ctx context.Context, r resetRow, tables []string) erro
 				return err
 			}
 		case errors.Is(err, sinks.ErrUnknownTable):
-			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(t)); err != nil && !chsql.Gone(err) {
+			if err := s.truncate(ctx, t); err != nil {
 				return err
 			}
 		default:
@@ -513,7 +513,11 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 	default:
 		return fmt.Errorf("clickhouse: drop: table %s was not created by sluice: drop or rename it yourself", table)
 	}
-	for _, name := range []string{table, phys} {
+	names := []string{table, phys}
+	if s.sharded() {
+		names = append(names, s.local(table))
+	}
+	for _, name := range names {
 		if err := s.ddl(ctx, "drop "+name, s.dropTargetStmt(name)); err != nil {
 			return err
 		}

@@ -82,6 +82,7 @@ type Sink struct {
 	srv    *servers
 	server string
 	shard  uint32 // of server, in the cluster (1-based)
+	shards uint32 // of the cluster
 	parent *Sink
 }
 
@@ -338,7 +339,7 @@ func (s *Sink) currentOwner() string {
 // OpenCheckpoints opens the checkpoint store in the sink's database, on its
 // connection (sinks.CheckpointKeeper).
 func (s *Sink) OpenCheckpoints(ctx context.Context, log *slog.Logger) (checkpoint.Store, error) {
-	return checkpointch.Open(ctx, s.conn, checkpointch.Options{Database: s.opts.Database, Cluster: s.opts.cluster(), Logger: log})
+	return checkpointch.Open(ctx, s.conn, checkpointch.Options{Database: s.opts.Database, Cluster: s.opts.cluster().Own(), Logger: log})
 }
 
 // Conn returns the sink's connection and database, for tools and tests

@@ -38,7 +38,15 @@ type config struct {
 	crashReset func(t *testing.T, s sinks.Sink, tables, flows []string)
 	// publishFault: see PublishFault.
 	publishFault func(t *testing.T, s sinks.Sink)
+	// appendOnly: see AppendOnly.
+	appendOnly bool
 }
+
+// AppendOnly says the destination holds append targets only (a ClickHouse
+// cluster of several shards refuses CDC targets): the reset suite resets
+// append targets alone, and its case of a CDC target is not among its
+// cases.
+func AppendOnly() Option { return func(c *config) { c.appendOnly = true } }
 
 // PublishFault gives the suite a way to make publishing fail: arm makes the
 // next Commit of s fail after its commit point, as when a file system or a

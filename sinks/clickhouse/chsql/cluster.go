@@ -25,6 +25,20 @@ const (
 	DefaultReplica       = "{replica}"
 )
 
+// Own returns the cluster of sluice's own tables (its ledger, heads,
+// leases, dead letters, checkpoints): one replicated table across every
+// server of every shard, so that each server holds the whole ledger. Its
+// path is Path with {shard} written as "all", its replica Replica after
+// "{shard}-" (replica names repeat across shards). On one server it is c.
+func (c Cluster) Own() Cluster {
+	if c.Name == "" {
+		return c
+	}
+	c.Path = strings.ReplaceAll(c.Path, "{shard}", "all")
+	c.Replica = "{shard}-" + c.Replica
+	return c
+}
+
 // Replicated reports whether the tables go onto a cluster.
 func (c Cluster) Replicated() bool { return c.Name != "" }
 

@@ -53,3 +53,23 @@ func TestClusterValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestOwn checks the cluster of sluice's own tables: one replicated table
+// across the shards (no {shard} in the path), replica names told apart by
+// shard, one server's tables as they are.
+func TestOwn(t *testing.T) {
+	c := Cluster{Name: "c", Path: DefaultZooKeeperPath, Replica: DefaultReplica}
+	own := c.Own()
+	if want := "ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}')"; own.Engine("MergeTree") != want {
+		t.Errorf("own engine %s, want %s", own.Engine("MergeTree"), want)
+	}
+	if err := own.Validate(); err != nil {
+		t.Errorf("own cluster: %v", err)
+	}
+	if own.OnCluster() != c.OnCluster() {
+		t.Errorf("own tables ON CLUSTER %q, targets %q", own.OnCluster(), c.OnCluster())
+	}
+	if one := (Cluster{}).Own(); one != (Cluster{}) {
+		t.Errorf("one server's own cluster %+v, want the zero value", one)
+	}
+}
