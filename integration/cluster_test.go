@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 )
 
@@ -102,4 +104,96 @@ func TestClusterTwoRunsKilled(t *testing.T) {
 		}
 	}
 	t.Logf("last processes that took the CDC lease: %v", cdcBy)
+}
+
+// shardedRunsSpec is the append flow of twoRunsSpec alone: AUTO CDC
+// targets are refused on a cluster of several shards.
+const shardedRunsSpec = `pipeline: %s
+kafka:
+  brokers: [%s]
+  session_timeout: 2s
+destination: %s
+tables:
+  - name: raw
+    columns:
+      - {name: id, type: int64}
+      - {name: seq, type: int64}
+      - {name: _kafka_partition, type: int64}
+      - {name: _kafka_offset, type: int64}
+flows:
+  - name: raw_in
+    target: raw
+    kind: append
+    source: {kafka: {topic: changes, format: json}}
+    batch: {rows: 300, wait: 100ms}
+`
+
+// TestShardedTwoRunsKilled runs two `sluice run` processes of an append
+// flow of an 8-partition topic on the cluster of two shards, each talking
+// to another shard's server first, kills one of them with SIGKILL at
+// random moments, six times, and finishes with `update`. Through the
+// Distributed table, on either server, every message is there once; each
+// shard holds a share of them.
+func TestShardedTwoRunsKilled(t *testing.T) {
+	c := chtest.SharedCluster(t)
+	db := chtest.NewClusterDatabase(t, c)
+	const parts = 8
+	b := startBroker(t, map[string]int32{changesTopic: parts})
+	spec := func(first int) string {
+		dest := fmt.Sprintf("{clickhouse: {addr: [%s, %s], database: %s, cluster: %s, zookeeper: [%s]}}",
+			c.ShardAddrs[first], c.ShardAddrs[1-first], db, c.ShardedName, c.ZooKeeper)
+		return writeSpecText(t, fmt.Sprintf(shardedRunsSpec, "shardedruns", b.Addr(), dest))
+	}
+	specs := []string{spec(0), spec(1)}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	const n = 6_000
+	msgs := changeMessages(seed, changes(seed, n, 1_000), parts)
+	produced := trickle(t, b.Addr(), msgs)
+
+	started := 0
+	startRun := func(i int) *runProc {
+		started++
+		cmd, out := start(t, append([]string{"run", "-f", specs[i], "--log-level", "debug"}, fastArgs...)...)
+		return &runProc{name: fmt.Sprintf("run %d (shard %d first)", started, i+1), cmd: cmd, pid: cmd.Process.Pid, out: out}
+	}
+	procs := []*runProc{startRun(0), startRun(1)}
+	waitFor(t, time.Minute, "loads of both processes", func() bool {
+		return procs[0].commits("raw_in", time.Time{}) > 0 && procs[1].commits("raw_in", time.Time{}) > 0
+	})
+	rng := rand.New(rand.NewPCG(seed, 5))
+	for kill := range 6 {
+		time.Sleep(time.Duration(500+rng.IntN(2000)) * time.Millisecond)
+		i := rng.IntN(2)
+		procs[i].signal(t, syscall.SIGKILL)
+		procs[i].cmd.Wait()
+		t.Logf("kill %d: %s", kill+1, procs[i].name)
+		procs[i] = startRun(i)
+	}
+	produced()
+	for _, p := range procs {
+		p.signal(t, syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.cmd.Wait()
+	}
+	mustSluice(t, append([]string{"update", "-f", specs[1]}, fastArgs...)...)
+
+	total := 0
+	for i, addr := range c.ShardAddrs {
+		d := &clickHouseDest{addr: addr, db: db, conn: openClickHouse(t, addr)}
+		t.Cleanup(func() { d.conn.Close() })
+		if rows, distinct := rawCounts(t, d, specs[0]); rows != n || distinct != n {
+			t.Errorf("through server %d: %d rows, %d distinct messages, want %d once each", i+1, rows, distinct, n)
+		}
+		var mine uint64
+		d.query(t, func(rs driver.Rows) error { return rs.Scan(&mine) }, "SELECT count() FROM "+db+"._sluice_shard_raw")
+		if mine == 0 || mine == n {
+			t.Errorf("shard %d holds %d of the %d rows, want a share", i+1, mine, n)
+		}
+		total += int(mine)
+	}
+	if total != n {
+		t.Errorf("the shards hold %d rows, want %d", total, n)
+	}
 }
