@@ -114,24 +114,33 @@ func benchNested(b *testing.B, kind string) {
 // closes it.
 func runUpdate(ctx context.Context, b *testing.B, specText string) (time.Duration, sinks.Sink) {
 	b.Helper()
-	specPath := filepath.Join(b.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(specPath, []byte(specText), 0o644); err != nil {
+	took, sink, err := update(ctx, b.TempDir(), specText)
+	if err != nil {
 		b.Fatal(err)
+	}
+	return took, sink
+}
+
+// update is runUpdate in folder dir, for any goroutine.
+func update(ctx context.Context, dir, specText string) (time.Duration, sinks.Sink, error) {
+	specPath := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(specPath, []byte(specText), 0o644); err != nil {
+		return 0, nil, err
 	}
 	p, err := spec.Load(specPath)
 	if err != nil {
-		b.Fatal(err)
+		return 0, nil, err
 	}
 	sink, err := sinkdest.Open(ctx, p, nil)
 	if err != nil {
-		b.Fatal(err)
+		return 0, nil, err
 	}
 	start := time.Now()
 	if err := flows.Execute(ctx, p, sink, flows.Options{Mode: flows.ModeUpdate}); err != nil {
 		sink.Close()
-		b.Fatal(err)
+		return 0, nil, err
 	}
-	return time.Since(start), sink
+	return time.Since(start), sink, nil
 }
 
 // loadTopic runs update of specText (runUpdate), checks that table orders
