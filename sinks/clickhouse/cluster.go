@@ -141,7 +141,7 @@ func (v *servers) failed(addr string, err error) {
 
 // next makes the address after i current, unless another failure did.
 func (v *servers) next(i int, err error) {
-	if !unreachable(err) || len(v.addrs) < 2 {
+	if !serverDown(err) || len(v.addrs) < 2 {
 		return
 	}
 	v.mu.Lock()
@@ -182,7 +182,7 @@ func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, e
 			return l, nil
 		}
 	}
-	if unreachable(err) {
+	if serverDown(err) {
 		if leased != "" {
 			v.parent.forgetLeaseServer(leased, addr)
 		}
@@ -194,6 +194,15 @@ func (v *servers) begin(ctx context.Context, meta sinks.LoadMeta) (sinks.Load, e
 		}
 	}
 	return nil, err
+}
+
+// serverDown reports whether err says a server cannot take loads: it did
+// not answer (unreachable), or it answered that its replicated tables are
+// read-only or its ZooKeeper is gone (Code 242, 225, 999: its own session
+// with ZooKeeper was lost). Another server takes them meanwhile: the commit
+// point is ZooKeeper's, whichever server a load goes through.
+func serverDown(err error) bool {
+	return unreachable(err) || chsql.IsCode(err, chsql.CodeTableIsReadOnly) || chsql.IsCode(err, chsql.CodeNoZooKeeper) || chsql.IsCode(err, chsql.CodeKeeperException)
 }
 
 // unreachable reports whether err says a server did not answer (refused,

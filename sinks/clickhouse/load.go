@@ -436,6 +436,9 @@ func (l *load) Commit(ctx context.Context, c sinks.Commit) error {
 	}
 	err := l.s.commit(ctx, l, c)
 	l.s.done(l)
+	if err != nil && l.s.parent != nil && l.s.parent.srv != nil {
+		l.s.parent.srv.failed(l.s.server, err) // the next loads go elsewhere when this server cannot take them
+	}
 	return err
 }
 
