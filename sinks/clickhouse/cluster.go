@@ -137,6 +137,9 @@ func (v *servers) failed(addr string, err error) {
 	if i := slices.Index(v.addrs, addr); i >= 0 {
 		v.next(i, err)
 	}
+	if v.parent.sharded() && serverDown(err) {
+		v.passOver(addr) // loads are placed by shard, not by the current server
+	}
 }
 
 // next makes the address after i current, unless another failure did.

@@ -122,7 +122,7 @@ func TestClusterTargets(t *testing.T) {
 				// Targets per shard, sluice's own tables one across the shards.
 				path := "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
 				if strings.HasPrefix(table, sluicePrefix) && table != physName("cust") && table != physName("hist") {
-					path = "'/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}'"
+					path = "'/clickhouse/tables/all-" + s.opts.Cluster + "/{database}/{table}', '{shard}-{replica}'"
 				}
 				if got, full := engineOf(t, c, db, table); got != engine || engine != "View" && !strings.Contains(full, path) {
 					t.Errorf("replica %d: %s is %q (%s), want %s with the path %s", i+1, table, got, full, engine, path)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/flows/batch"
 	"github.com/sluicehq/sluice/sinks"
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 	"github.com/sluicehq/sluice/sinks/clickhouse/chtest"
 	"github.com/sluicehq/sluice/sinks/sinktest"
 )
@@ -267,6 +268,49 @@ func TestClusterShards(t *testing.T) {
 	if err := b.Ensure(ctx, []sinks.Table{wider}); err != nil {
 		t.Fatalf("Ensure on the other server: %v", err)
 	}
+	hasColumn := func(addr, table, col string) bool {
+		t.Helper()
+		probe := dial(t, addr, db)
+		defer probe.Close()
+		n, err := probe.queryUint(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", db, table, col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	// A column the shard tables got without the Distributed table (a
+	// process stopped between the two): the next Ensure swaps in a
+	// Distributed table that has it.
+	if err := a.exec(ctx, "add a column behind sluice's back", "ALTER TABLE "+a.table(shardPrefix+"ev")+a.onShards()+" ADD COLUMN extra Nullable(String)"); err != nil {
+		t.Fatal(err)
+	}
+	widest := wider
+	widest.Schema = batch.Schema{Columns: append(slices.Clone(wider.Schema.Columns), batch.Column{Name: "extra", Type: batch.String, Nullable: true})}
+	if hasColumn(c.ShardAddrs[0], "ev", "extra") {
+		t.Fatal("the Distributed table has the column before Ensure")
+	}
+	if err := a.Ensure(ctx, []sinks.Table{widest}); err != nil {
+		t.Fatalf("Ensure of the column the shard tables have: %v", err)
+	}
+	for i, addr := range c.ShardAddrs {
+		if !hasColumn(addr, "ev", "extra") {
+			t.Errorf("server %d: the Distributed table lacks the shard tables' column after Ensure", i+1)
+		}
+	}
+	waitIDs(t, c.ShardAddrs[1], db, "ev", want, "the distributed table made anew")
+
+	// A table of the user's under a target's name is refused before any
+	// shard table is made for it.
+	if err := a.exec(ctx, "a table of the user's", "CREATE TABLE "+a.table("mine")+a.onShards()+" (id Int64) ENGINE = MergeTree ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	mine := sinks.Table{Name: "mine", Schema: table.Schema}
+	if err := a.Ensure(ctx, []sinks.Table{mine}); err == nil || !strings.Contains(err.Error(), "Distributed") {
+		t.Fatalf("Ensure over a table of the user's: %v, want a refusal", err)
+	}
+	if hasColumn(c.ShardAddrs[0], shardPrefix+"mine", "id") {
+		t.Error("a shard table was made for a refused target")
+	}
 
 	// A reset empties both shards.
 	if err := a.Reset(ctx, []string{"ev"}, []string{"f"}); err != nil {
@@ -287,5 +331,91 @@ func TestClusterShards(t *testing.T) {
 	defer l.Abort(ctx)
 	if err := l.(sinks.PartitionLoad).ReplacePartitions(ctx, "ev", batch.New(batch.Schema{}, 0)); err == nil || !strings.Contains(err.Error(), "write: append") {
 		t.Fatalf("ReplacePartitions on 2 shards: %v, want a refusal naming the remedy", err)
+	}
+}
+
+// TestClusterOwnTablesKeepTheirPath: a database whose ledger an older
+// sluice made at the targets' path (with {shard}) gets the rest of
+// sluice's own tables at that path too, so that every server keeps one
+// ledger; a new database gets them at the path across the shards.
+func TestClusterOwnTablesKeepTheirPath(t *testing.T) {
+	c := chtest.SharedCluster(t)
+	ctx := context.Background()
+	paths := func(s *Sink) map[string]string {
+		t.Helper()
+		rows, err := s.conn.Query(ctx, "SELECT name, engine_full FROM system.tables WHERE database = ? AND name LIKE '\\_sluice\\_%'", s.opts.Database)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var name, full string
+			if err := rows.Scan(&name, &full); err != nil {
+				t.Fatal(err)
+			}
+			if path, replica, ok := chsql.EngineArgs(full); ok {
+				out[name] = path + " " + replica
+			}
+		}
+		return out
+	}
+	check := func(s *Sink, want string) {
+		t.Helper()
+		got := paths(s)
+		if len(got) < 8 {
+			t.Fatalf("%d replicated tables of sluice's, want its own tables: %v", len(got), got)
+		}
+		for name, p := range got {
+			if p != want {
+				t.Errorf("%s at %s, want %s", name, p, want)
+			}
+		}
+	}
+
+	fresh := dialCluster(t, c, chtest.NewClusterDatabase(t, c), 0)
+	defer fresh.Close()
+	if err := fresh.Ensure(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(fresh, "/clickhouse/tables/all-"+c.Name+"/{database}/{table} {shard}-{replica}")
+
+	db := chtest.NewClusterDatabase(t, c)
+	old := dialCluster(t, c, db, 0)
+	defer old.Close()
+	if _, err := old.ensureDatabase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old.own = chsql.Cluster{Name: c.Name, Path: chsql.DefaultZooKeeperPath, Replica: chsql.DefaultReplica}
+	ledger := old.systemDDL()[0]
+	if ledger.table != batch.LoadsTable {
+		t.Fatalf("the first of sluice's tables is %s, want the ledger", ledger.table)
+	}
+	if err := old.ddl(ctx, "create the ledger as an older sluice did", ledger.sql); err != nil {
+		t.Fatal(err)
+	}
+	s := dialCluster(t, c, db, 1)
+	defer s.Close()
+	if err := s.Ensure(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(s, chsql.DefaultZooKeeperPath+" "+chsql.DefaultReplica)
+
+	// Such a database is refused on a cluster of several shards: its own
+	// tables are per shard there.
+	db = chtest.NewClusterDatabase(t, c)
+	old = dialSharded(t, c, db, 0)
+	defer old.Close()
+	if _, err := old.ensureDatabase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old.own = chsql.Cluster{Name: c.ShardedName, Path: chsql.DefaultZooKeeperPath, Replica: chsql.DefaultReplica}
+	if err := old.ddl(ctx, "create the ledger as an older sluice did", old.systemDDL()[0].sql); err != nil {
+		t.Fatal(err)
+	}
+	s = dialSharded(t, c, db, 0)
+	defer s.Close()
+	if err := s.Ensure(ctx, nil); err == nil || !strings.Contains(err.Error(), "use a new database") {
+		t.Fatalf("Ensure on 2 shards of a database with its own tables per shard: %v, want a refusal", err)
 	}
 }

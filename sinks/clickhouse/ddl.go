@@ -17,6 +17,8 @@ import (
 // tableInfo is an existing table as the sink reads it back from the server.
 type tableInfo struct {
 	name         string
+	alterName    string // what an ALTER of its columns names: the shard tables ON CLUSTER on several shards
+	alterNote    string // what follows such an ALTER, said after it
 	engine       string
 	partitionKey string
 	sortingKey   string
@@ -91,6 +93,13 @@ func (s *Sink) ensureSystem(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	own, err := s.ownCluster(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.own = own
+	s.mu.Unlock()
 	stmts := s.systemDDL()
 	names := make([]string, len(stmts))
 	for i, st := range stmts {
@@ -279,13 +288,92 @@ func (s *Sink) alter(ctx context.Context, what, stmt string) error {
 	return nil
 }
 
+// ownCluster returns where sluice's own tables go on a cluster, as the
+// database's ZooKeeper node own records it (every server then creates
+// them at the same path, whichever server comes first); the first to set
+// it up records where this server's first own table is, when it has any (a
+// database set up by an older sluice keeps its path: a server creating
+// them elsewhere would start an empty ledger of its own), else
+// chsql.Cluster.Own's path.
+func (s *Sink) ownCluster(ctx context.Context) (chsql.Cluster, error) {
+	own, err := s.ownHere(ctx)
+	if err != nil || s.zk == nil {
+		return own, err
+	}
+	data, err := s.zk.settle(s.zk.root+"/own", []byte(own.Path+"\n"+own.Replica))
+	if err != nil {
+		return chsql.Cluster{}, err
+	}
+	p, r, ok := strings.Cut(string(data), "\n")
+	if !ok {
+		return chsql.Cluster{}, fmt.Errorf("clickhouse: zookeeper node %s/own holds %q, not a path and a replica", s.zk.root, data)
+	}
+	own.Path, own.Replica = p, r
+	if s.sharded() && strings.Contains(own.Path, "{shard}") {
+		return chsql.Cluster{}, fmt.Errorf("clickhouse: database %s keeps sluice's own tables per shard (ZooKeeper path %s, set up on a cluster of one shard): on cluster %s of %d shards they must be one table across the shards; use a new database for the cluster", s.opts.Database, own.Path, s.opts.Cluster, s.shards)
+	}
+	return own, nil
+}
+
+// ownHere is ownCluster as this server alone sees it.
+func (s *Sink) ownHere(ctx context.Context) (chsql.Cluster, error) {
+	cl := s.opts.cluster()
+	if cl.Name == "" {
+		return cl, nil
+	}
+	own := cl.Own()
+	names := []string{batch.LoadsTable, headsTable, resetsTable, stateTable, heartbeatsTable, leasesTable, cdcStateTable,
+		batch.DeadLettersTable, batch.ExpectationsTable, batch.ReplayedTable, batch.VersionTable}
+	full := map[string]string{}
+	err := retrySystem(ctx, func() error {
+		args := []any{s.opts.Database}
+		for _, n := range names {
+			args = append(args, n)
+		}
+		rows, err := s.conn.Query(ctx, "SELECT name, engine_full FROM system.tables WHERE database = ? AND name IN ("+chsql.Placeholders(len(names))+")", args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name, engine string
+			if err := rows.Scan(&name, &engine); err != nil {
+				return err
+			}
+			full[name] = engine
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return chsql.Cluster{}, fmt.Errorf("clickhouse: look for sluice's tables: %w", err)
+	}
+	for _, n := range names {
+		if path, replica, ok := chsql.EngineArgs(full[n]); ok {
+			own.Path, own.Replica = path, replica
+			break
+		}
+	}
+	return own, nil
+}
+
+// ownTables returns the cluster of sluice's own tables as ensureSystem
+// found it, or chsql.Cluster.Own's before.
+func (s *Sink) ownTables() chsql.Cluster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.own.Name != "" {
+		return s.own
+	}
+	return s.opts.cluster().Own()
+}
+
 // ddlStmt is a statement creating one of sluice's own tables.
 type ddlStmt struct{ table, sql string }
 
 // systemDDL returns the statements creating sluice's own tables, in order.
 func (s *Sink) systemDDL() []ddlStmt {
 	ts := chType(batch.Timestamp, false, s.feat)
-	cl := s.opts.cluster().Own()
+	cl := s.ownTables()
 	on := cl.OnCluster()
 	return []ddlStmt{
 		{batch.LoadsTable, "CREATE TABLE IF NOT EXISTS " + s.table(batch.LoadsTable) + on + ` (
@@ -329,7 +417,7 @@ func (s *Sink) systemDDL() []ddlStmt {
 func (s *Sink) createSQL(name string, cols []batch.Column, orderBy []string, partitionBy string) string {
 	cl := s.opts.cluster()
 	if batch.IsOwnTable(name) {
-		cl = cl.Own()
+		cl = s.ownTables()
 	}
 	cm := s.newComments()
 	var b strings.Builder
@@ -591,6 +679,12 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 	if err != nil {
 		return err
 	}
+	if info == nil && s.sharded() {
+		// Refused before the shard tables are made for nothing.
+		if _, err := s.checkDistributed(ctx, t.Name); err != nil {
+			return err
+		}
+	}
 	if info == nil {
 		partition := ""
 		if len(t.PartitionBy) > 0 {
@@ -617,7 +711,7 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 	}
 	s.forget(t.Name)
 	if s.sharded() {
-		return s.ensureDistributed(ctx, t.Name, len(add) > 0)
+		return s.ensureDistributed(ctx, t.Name)
 	}
 	return nil
 }
@@ -754,7 +848,7 @@ func reconcileColumns(t sinks.Table, info *tableInfo) (add []batch.Column, probl
 	}
 	for _, c := range info.columns {
 		if !declared[c.Name] {
-			problems = append(problems, fmt.Sprintf("column %s (%s) is in the table but not in the spec: declare it again (nullable columns may stay NULL), or drop it yourself with ALTER TABLE %s DROP COLUMN %s", c.Name, c.describe(), info.name, c.Name))
+			problems = append(problems, fmt.Sprintf("column %s (%s) is in the table but not in the spec: declare it again (nullable columns may stay NULL), or drop it yourself with ALTER TABLE %s DROP COLUMN %s%s", c.Name, c.describe(), info.alterName, c.Name, info.alterNote))
 		}
 	}
 	return add, problems
@@ -781,7 +875,11 @@ func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
 	}
 	var info *tableInfo
 	for rows.Next() {
-		info = &tableInfo{name: name}
+		info = &tableInfo{name: name, alterName: name}
+		if l := s.local(name); l != name {
+			info.alterName = l + s.onShards()
+			info.alterNote = " (sluice then makes the Distributed table " + name + " anew)"
+		}
 		if err := rows.Scan(&info.engine, &info.partitionKey, &info.sortingKey); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)

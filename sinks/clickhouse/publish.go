@@ -195,7 +195,7 @@ func (s *Sink) readPartitions(ctx context.Context, table string) ([]string, erro
 // GROUP BY and no PREWHERE.)
 func (s *Sink) loadPartitions(ctx context.Context, table, loadID string) (map[string]bool, error) {
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"optimize_move_to_prewhere": 0}))
-	rows, err := s.conn.Query(ctx, "SELECT _part FROM "+s.table(table)+" WHERE "+chsql.Quote(batch.LoadIDColumn)+" = ? GROUP BY _part", loadID)
+	rows, err := s.conn.Query(ctx, "SELECT _part FROM "+s.table(s.local(table))+" WHERE "+chsql.Quote(batch.LoadIDColumn)+" = ? GROUP BY _part", loadID)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: find published partitions of load %s in %s: %w", loadID, table, err)
 	}

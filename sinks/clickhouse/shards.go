@@ -47,48 +47,133 @@ func slotShard(slot string, shards uint32) uint32 {
 	return 1 + h.Sum32()%shards
 }
 
-// distributedSQL renders the Distributed table of an append target over
-// its shards' tables. Readers query it; nothing is inserted into it (each
-// load attaches its parts into one shard's table), so it has no sharding
-// key.
-func (s *Sink) distributedSQL(name string) string {
-	cl := s.opts.cluster()
-	return "CREATE TABLE IF NOT EXISTS " + s.table(name) + cl.OnCluster() + " AS " + s.table(s.local(name)) +
-		" ENGINE = Distributed(" + chsql.Quote(s.opts.Cluster) + ", " + chsql.Quote(s.opts.Database) + ", " + chsql.Quote(s.local(name)) + ")"
+// distributedEngine is the engine of an append target's Distributed table
+// over its shards' tables. Readers query it; nothing is inserted into it
+// (each load attaches its parts into one shard's table), so it has no
+// sharding key.
+func (s *Sink) distributedEngine(name string) string {
+	return "Distributed(" + chsql.Quote(s.opts.Cluster) + ", " + chsql.Quote(s.opts.Database) + ", " + chsql.Quote(s.local(name)) + ")"
+}
+
+// checkDistributed refuses a table under an append target's name that is
+// not its Distributed table (another engine, or a Distributed table over
+// other tables), and reports whether the Distributed table exists.
+func (s *Sink) checkDistributed(ctx context.Context, name string) (bool, error) {
+	var engine, full string
+	found := false
+	err := retrySystem(ctx, func() error {
+		rows, err := s.conn.Query(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			found = true
+			if err := rows.Scan(&engine, &full); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return false, fmt.Errorf("clickhouse: table %s: %w", name, err)
+	}
+	if found && (engine != "Distributed" || normEngine(full) != normEngine(s.distributedEngine(name))) {
+		return false, fmt.Errorf("clickhouse: table %s is %s: on cluster %s of %d shards an append target's name is sluice's Distributed table over its shards' tables %s (%s); drop or rename the table, or give the target another name",
+			name, full, s.opts.Cluster, s.shards, s.local(name), s.distributedEngine(name))
+	}
+	return found, nil
+}
+
+// normEngine drops the quotes and spaces of an engine clause, which
+// system.tables shows as it was written.
+func normEngine(e string) string {
+	return strings.NewReplacer("`", "", "'", "", " ", "").Replace(e)
 }
 
 // ensureDistributed creates the Distributed table of an append target when
-// missing, and refuses a table of that name that is not one over the
-// target's shard tables. anew drops and creates it (after columns were
-// added: 18.16 cannot ALTER a Distributed table ON CLUSTER of a cluster
-// whose shards replicate internally, Code 371, and the Distributed table
-// takes its columns from the shard table when it is created).
-func (s *Sink) ensureDistributed(ctx context.Context, name string, anew bool) error {
-	have, err := s.engines(ctx, []string{name})
+// missing, and swaps in a new one when its columns are not those of this
+// server's shard table: a Distributed table takes its columns from the
+// shard table when it is created, and 18.16 cannot ALTER one ON CLUSTER of
+// a cluster whose shards replicate internally (Code 371). Checking at
+// every Ensure, not only after adding columns, catches one that a stopped
+// process or a replica applying the ALTER late left behind. The new table
+// is made under another name and renamed in, so readers miss the target
+// only for the moment of the RENAME, not while a down server holds up the
+// ON CLUSTER statements (distributed_ddl_task_timeout).
+func (s *Sink) ensureDistributed(ctx context.Context, name string) error {
+	found, err := s.checkDistributed(ctx, name)
 	if err != nil {
-		return fmt.Errorf("clickhouse: table %s: %w", name, err)
-	}
-	switch engine, ok := have[name]; {
-	case ok && engine != "Distributed":
-		return fmt.Errorf("clickhouse: table %s is %s: on cluster %s of %d shards an append target's name is a Distributed table over its shards' tables %s; drop or rename the table, or give the target another name",
-			name, engine, s.opts.Cluster, s.shards, s.local(name))
-	case ok && !anew:
-		return nil
-	case ok:
-		if err := s.ddl(ctx, "drop the distributed table "+name, s.dropTargetStmt(name)); err != nil {
-			return err
-		}
-	}
-	if err := s.ddl(ctx, "create the distributed table "+name, s.distributedSQL(name)); err != nil {
 		return err
 	}
-	if have, err = s.engines(ctx, []string{name}); err != nil {
-		return fmt.Errorf("clickhouse: table %s: %w", name, err)
+	on, local := s.opts.cluster().OnCluster(), s.table(s.local(name))
+	create := func(t string) string {
+		return "CREATE TABLE IF NOT EXISTS " + s.table(t) + on + " AS " + local + " ENGINE = " + s.distributedEngine(name)
 	}
-	if _, ok := have[name]; !ok {
+	if !found {
+		if err := s.ddl(ctx, "create the distributed table "+name, create(name)); err != nil {
+			return err
+		}
+	} else {
+		have, err := s.columnList(ctx, name)
+		if err != nil {
+			return err
+		}
+		want, err := s.columnList(ctx, s.local(name))
+		if err != nil {
+			return err
+		}
+		if have == want {
+			return nil
+		}
+		next, prev := sluicePrefix+"distnew_"+name, sluicePrefix+"distold_"+name
+		steps := []struct{ what, stmt string }{
+			{"drop a leftover distributed table of " + name, s.dropTargetStmt(next)},
+			{"drop a leftover distributed table of " + name, s.dropTargetStmt(prev)},
+			{"create the distributed table of " + name + " anew", create(next)},
+			{"swap in the distributed table of " + name, "RENAME TABLE " + s.table(name) + " TO " + s.table(prev) + ", " + s.table(next) + " TO " + s.table(name) + on},
+			{"drop the previous distributed table of " + name, s.dropTargetStmt(prev)},
+		}
+		for _, st := range steps {
+			if err := s.ddl(ctx, st.what, st.stmt); err != nil {
+				return err
+			}
+		}
+		s.log.Info("distributed table made anew with its shards' columns", "table", name)
+	}
+	if found, err = s.checkDistributed(ctx, name); err != nil {
+		return err
+	}
+	if !found {
 		return s.notHere("the distributed table " + name)
 	}
 	return nil
+}
+
+// columnList returns a table's columns as this server has them, in order:
+// names, types and defaults (an alias column's expression too).
+func (s *Sink) columnList(ctx context.Context, table string) (string, error) {
+	var b strings.Builder
+	err := retrySystem(ctx, func() error {
+		b.Reset()
+		rows, err := s.conn.Query(ctx, "SELECT name, type, default_kind, default_expression FROM system.columns WHERE database = ? AND table = ?", s.opts.Database, table)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name, typ, kind, expr string
+			if err := rows.Scan(&name, &typ, &kind, &expr); err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "%s %s %s %s\n", name, typ, kind, expr)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return "", fmt.Errorf("clickhouse: columns of %s: %w", table, err)
+	}
+	return b.String(), nil
 }
 
 // truncate empties an append target. On a cluster of several shards it
@@ -99,7 +184,7 @@ func (s *Sink) ensureDistributed(ctx context.Context, name string, anew bool) er
 // A shard none of whose servers in addr answers is an error: the reset
 // stays unapplied, and Recover completes it.
 func (s *Sink) truncate(ctx context.Context, table string) error {
-	if !s.sharded() {
+	if !s.sharded() || s.local(table) == table { // one table across the shards
 		if err := s.exec(ctx, "reset "+table, "TRUNCATE TABLE "+s.table(table)); err != nil && !chsql.Gone(err) {
 			return err
 		}
@@ -127,8 +212,18 @@ func (s *Sink) truncate(ctx context.Context, table string) error {
 		done[ss.shard] = true
 	}
 	if uint32(len(done)) < s.shards {
-		return fmt.Errorf("clickhouse: reset %s: %d of the %d shards of cluster %s emptied: each needs a server of it in addr that answers (%w)",
-			table, len(done), s.shards, s.opts.Cluster, errs.ErrorOrNil())
+		var missing []string
+		for k := uint32(1); k <= s.shards; k++ {
+			if !done[k] {
+				missing = append(missing, fmt.Sprint(k))
+			}
+		}
+		err := fmt.Errorf("clickhouse: reset %s: shard %s of cluster %s not emptied: no server of it in addr answered; list a server of every shard in addr (Recover completes the reset once one answers)",
+			table, strings.Join(missing, ", "), s.opts.Cluster)
+		if errs != nil {
+			err = fmt.Errorf("%w: %w", err, errs)
+		}
+		return err
 	}
 	return nil
 }

@@ -50,6 +50,7 @@ type Sink struct {
 
 	mu          sync.Mutex
 	systemReady bool                  // ensureSystem succeeded
+	own         chsql.Cluster         // of sluice's own tables, once ensureSystem read it (ownCluster)
 	dropSync    string                // " SYNC" in an Atomic database, so that a drop waits for running queries
 	tables      map[string]*tableInfo // by table name; dropped by Ensure
 	forgets     uint64                // how many times forget ran: info caches no description older than the last
@@ -339,7 +340,11 @@ func (s *Sink) currentOwner() string {
 // OpenCheckpoints opens the checkpoint store in the sink's database, on its
 // connection (sinks.CheckpointKeeper).
 func (s *Sink) OpenCheckpoints(ctx context.Context, log *slog.Logger) (checkpoint.Store, error) {
-	return checkpointch.Open(ctx, s.conn, checkpointch.Options{Database: s.opts.Database, Cluster: s.opts.cluster().Own(), Logger: log})
+	own, err := s.ownCluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return checkpointch.Open(ctx, s.conn, checkpointch.Options{Database: s.opts.Database, Cluster: own, Logger: log})
 }
 
 // Conn returns the sink's connection and database, for tools and tests

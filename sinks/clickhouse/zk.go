@@ -23,6 +23,7 @@ import (
 //
 //	loads/<load>                 one node per load in progress: open, then committed
 //	heads/<pipeline>/<flow>/<slot>  where the committed loads left a slot
+//	own                          the ZooKeeper path and replica of sluice's own tables
 //
 // A commit is one multi: the load node's version is checked and its data
 // set to the committed ledger row (recovery fences a load by deleting its
@@ -70,6 +71,27 @@ func (c *coord) ensure(p string) error {
 		return err
 	}
 	return nil
+}
+
+// settle returns the data of node p, creating it with data when missing:
+// the first writer's data wins, and every later reader gets it.
+func (c *coord) settle(p string, data []byte) ([]byte, error) {
+	for {
+		n, err := c.get(p)
+		if err != nil {
+			return nil, err
+		}
+		if n.found {
+			return n.data, nil
+		}
+		_, err = c.conn.Create(p, data, 0, zk.WorldACL(zk.PermAll))
+		if err == nil {
+			return data, nil
+		}
+		if !errors.Is(err, zk.ErrNodeExists) {
+			return nil, zkErr("create "+p, err)
+		}
+	}
 }
 
 // ensureParents creates the missing folders above p.

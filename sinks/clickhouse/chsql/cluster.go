@@ -28,15 +28,42 @@ const (
 // Own returns the cluster of sluice's own tables (its ledger, heads,
 // leases, dead letters, checkpoints): one replicated table across every
 // server of every shard, so that each server holds the whole ledger. Its
-// path is Path with {shard} written as "all", its replica Replica after
-// "{shard}-" (replica names repeat across shards). On one server it is c.
+// path is Path with {shard} written as "all-<Name>" (the cluster's name
+// keeps two clusters on one ZooKeeper apart, as their {shard} macros
+// would), its replica Replica after "{shard}-" (replica names repeat
+// across shards). On one server it is c.
 func (c Cluster) Own() Cluster {
 	if c.Name == "" {
 		return c
 	}
-	c.Path = strings.ReplaceAll(c.Path, "{shard}", "all")
+	c.Path = strings.ReplaceAll(c.Path, "{shard}", "all-"+c.Name)
 	c.Replica = "{shard}-" + c.Replica
 	return c
+}
+
+// EngineArgs returns the ZooKeeper path and replica of a replicated
+// table's engine as system.tables' engine_full shows them (macros as
+// written: ReplicatedMergeTree('/clickhouse/tables/{shard}/db/t',
+// '{replica}') ...); ok is false for any other engine.
+func EngineArgs(engineFull string) (path, replica string, ok bool) {
+	if !IsReplicated(engineFull) {
+		return "", "", false
+	}
+	var args []string
+	rest := engineFull
+	for len(args) < 2 {
+		i := strings.IndexByte(rest, '\'')
+		if i < 0 {
+			return "", "", false
+		}
+		j := strings.IndexByte(rest[i+1:], '\'')
+		if j < 0 {
+			return "", "", false
+		}
+		args = append(args, rest[i+1:i+1+j])
+		rest = rest[i+j+2:]
+	}
+	return args[0], args[1], true
 }
 
 // Replicated reports whether the tables go onto a cluster.

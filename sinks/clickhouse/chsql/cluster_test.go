@@ -60,7 +60,7 @@ func TestClusterValidate(t *testing.T) {
 func TestOwn(t *testing.T) {
 	c := Cluster{Name: "c", Path: DefaultZooKeeperPath, Replica: DefaultReplica}
 	own := c.Own()
-	if want := "ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}')"; own.Engine("MergeTree") != want {
+	if want := "ReplicatedMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}')"; own.Engine("MergeTree") != want {
 		t.Errorf("own engine %s, want %s", own.Engine("MergeTree"), want)
 	}
 	if err := own.Validate(); err != nil {
@@ -71,5 +71,23 @@ func TestOwn(t *testing.T) {
 	}
 	if one := (Cluster{}).Own(); one != (Cluster{}) {
 		t.Errorf("one server's own cluster %+v, want the zero value", one)
+	}
+}
+
+// TestEngineArgs reads the path and replica back from engine_full.
+func TestEngineArgs(t *testing.T) {
+	for full, want := range map[string][2]string{
+		"ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}') ORDER BY k SETTINGS index_granularity = 8192":                       {"/clickhouse/tables/{shard}/{database}/{table}", "{replica}"},
+		"ReplicatedReplacingMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}', version) PARTITION BY target ORDER BY (target, key)": {"/clickhouse/tables/all-c/{database}/{table}", "{shard}-{replica}"},
+	} {
+		path, replica, ok := EngineArgs(full)
+		if !ok || path != want[0] || replica != want[1] {
+			t.Errorf("EngineArgs(%q) = %q, %q, %v; want %q, %q", full, path, replica, ok, want[0], want[1])
+		}
+	}
+	for _, full := range []string{"MergeTree ORDER BY k", "ReplicatedMergeTree('/only/a/path')", "Distributed(c, db, t)"} {
+		if _, _, ok := EngineArgs(full); ok {
+			t.Errorf("EngineArgs(%q) found a path and replica", full)
+		}
 	}
 }

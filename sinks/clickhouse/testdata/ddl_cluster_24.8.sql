@@ -4,7 +4,7 @@ CREATE TABLE IF NOT EXISTS `db`.`_sluice_loads` ON CLUSTER `c` (
 	rows Int64, dead_letters Int64, generation Int64, committed_at DateTime64(6, 'UTC'),
 	from_positions String, slot String, committed_us UInt32, `replaced` String,
 	`schema_version_hash` String
-) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}') ORDER BY (pipeline, flow, slot, committed_at, load_id);
+) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}') ORDER BY (pipeline, flow, slot, committed_at, load_id);
 
 -- create _sluice_dead_letters
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_dead_letters` ON CLUSTER `c` (
@@ -19,7 +19,7 @@ CREATE TABLE IF NOT EXISTS `db`.`_sluice_dead_letters` ON CLUSTER `c` (
 	`at` DateTime64(6, 'UTC'),
 	`_sluice_load_id` String,
 	`_sluice_comments` String ALIAS 'payload=sluice:bytes'
-) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}') PARTITION BY toYYYYMM(at) ORDER BY (`pipeline`, `flow`, `at`);
+) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}') PARTITION BY toYYYYMM(at) ORDER BY (`pipeline`, `flow`, `at`);
 
 -- create _sluice_expectations
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_expectations` ON CLUSTER `c` (
@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS `db`.`_sluice_expectations` ON CLUSTER `c` (
 	`rows` Int64,
 	`at` DateTime64(6, 'UTC'),
 	`_sluice_load_id` String
-) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}') PARTITION BY toYYYYMM(at) ORDER BY (`pipeline`, `flow`, `at`);
+) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}') PARTITION BY toYYYYMM(at) ORDER BY (`pipeline`, `flow`, `at`);
 
 -- create _sluice_dead_letters_replayed
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_dead_letters_replayed` ON CLUSTER `c` (
@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS `db`.`_sluice_dead_letters_replayed` ON CLUSTER `c` (
 	`outcome` String,
 	`at` DateTime64(6, 'UTC'),
 	`_sluice_load_id` String
-) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}') PARTITION BY toYYYYMM(at) ORDER BY (`pipeline`, `flow`, `at`);
+) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}') PARTITION BY toYYYYMM(at) ORDER BY (`pipeline`, `flow`, `at`);
 
 -- create _sluice_version
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_version` ON CLUSTER `c` (
@@ -55,40 +55,40 @@ CREATE TABLE IF NOT EXISTS `db`.`_sluice_version` ON CLUSTER `c` (
 	`flow` String,
 	`inserted_at` DateTime64(6, 'UTC'),
 	`_sluice_load_id` String
-) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}') ORDER BY (`pipeline`, `version`);
+) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}') ORDER BY (`pipeline`, `version`);
 
 -- create _sluice_state
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_state` ON CLUSTER `c` (
 	key String, value String, revision UInt64, updated_at DateTime('UTC')
-) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}', revision) ORDER BY key;
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}', revision) ORDER BY key;
 
 -- create _sluice_heartbeats
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_heartbeats` ON CLUSTER `c` (
 	pipeline String, id String, kind String, host String, pid Int64,
 	beat_at DateTime('UTC'), expires DateTime('UTC'), ended UInt8, version UInt64
-) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}', version) ORDER BY (pipeline, id);
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}', version) ORDER BY (pipeline, id);
 
 -- create _sluice_cdc_state
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_cdc_state` ON CLUSTER `c` (
 	target String, key String, value String, deleted UInt8, version UInt64, `_sluice_load_id` String
-) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}', version, deleted) PARTITION BY target ORDER BY (target, key);
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}', version, deleted) PARTITION BY target ORDER BY (target, key);
 
 -- create _sluice_resets
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_resets` ON CLUSTER `c` (
 	reset_id String, pipeline String, kind String, flows String, tables String,
 	at DateTime64(6, 'UTC'), at_us UInt32
-) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}') ORDER BY (pipeline, reset_id, kind);
+) ENGINE = ReplicatedMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}') ORDER BY (pipeline, reset_id, kind);
 
 -- create _sluice_leases
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_leases` ON CLUSTER `c` (
 	target String, holder String, expires DateTime('UTC'), version UInt64
-) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}', version) ORDER BY target;
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}', version) ORDER BY target;
 
 -- create _sluice_heads
 CREATE TABLE IF NOT EXISTS `db`.`_sluice_heads` ON CLUSTER `c` (
 	pipeline String, flow String, slot String, position String,
 	loads Int64, rows Int64, dead_letters Int64, version UInt64, load_id String
-) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/{database}/{table}', '{shard}-{replica}', version) ORDER BY (pipeline, flow, slot);
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all-c/{database}/{table}', '{shard}-{replica}', version) ORDER BY (pipeline, flow, slot);
 
 -- create table t
 CREATE TABLE IF NOT EXISTS `db`.`t` ON CLUSTER `c` (
