@@ -228,6 +228,18 @@ func rawInsert(ctx context.Context, b *testing.B, d *clickHouseDest, c *orderCol
 	const batchRows = 100_000
 	n := len(c.orderID)
 	loadIDs := make([]string, batchRows)
+	// A timestamp is what sluice's table holds: DateTime64, or on servers
+	// without it Int64 microseconds (docs/clickhouse.md, "Column types").
+	var tsType string
+	d.queryRow(b, []any{&tsType}, fmt.Sprintf("SELECT type FROM system.columns WHERE database = '%s' AND table = 'orders_raw' AND name = 'created_at'", d.db))
+	var createdAt any = c.createdAt
+	if tsType == "Int64" {
+		us := make([]int64, n)
+		for i, t := range c.createdAt {
+			us[i] = t.UnixMicro()
+		}
+		createdAt = us
+	}
 	start := time.Now()
 	for lo := 0; lo < n; lo += batchRows {
 		hi := min(lo+batchRows, n)
@@ -239,7 +251,7 @@ func rawInsert(ctx context.Context, b *testing.B, d *clickHouseDest, c *orderCol
 			b.Fatal(err)
 		}
 		for i, col := range []any{c.orderID[lo:hi], c.customer[lo:hi], c.amount[lo:hi], c.currency[lo:hi], c.status[lo:hi],
-			c.items[lo:hi], c.country[lo:hi], c.createdAt[lo:hi], c.partition[lo:hi], c.offset[lo:hi], loadIDs[:hi-lo]} {
+			c.items[lo:hi], c.country[lo:hi], sliceOf(createdAt, lo, hi), c.partition[lo:hi], c.offset[lo:hi], loadIDs[:hi-lo]} {
 			if err := bt.Column(i).Append(col); err != nil {
 				b.Fatalf("column %d: %v", i, err)
 			}
@@ -249,6 +261,17 @@ func rawInsert(ctx context.Context, b *testing.B, d *clickHouseDest, c *orderCol
 		}
 	}
 	return time.Since(start)
+}
+
+// sliceOf returns v[lo:hi] of a []time.Time or []int64.
+func sliceOf(v any, lo, hi int) any {
+	switch v := v.(type) {
+	case []time.Time:
+		return v[lo:hi]
+	case []int64:
+		return v[lo:hi]
+	}
+	panic(fmt.Sprintf("sliceOf %T", v))
 }
 
 // kafkaResult is what ClickHouse's Kafka engine loaded.
@@ -282,12 +305,21 @@ func kafkaEngine(ctx context.Context, b *testing.B, d *clickHouseDest, brokerAdd
 			b.Fatalf("%s: %v", q, err)
 		}
 	}
+	// created_at as sluice's table holds it: DateTime64, or Int64
+	// microseconds on a server without it (whole seconds here: 18.16 parses
+	// no fraction).
+	createdAt := "parseDateTimeBestEffort(created_at)"
+	var tsType string
+	d.queryRow(b, []any{&tsType}, fmt.Sprintf("SELECT type FROM system.columns WHERE database = '%s' AND table = 'orders' AND name = 'created_at'", d.db))
+	if tsType == "Int64" {
+		createdAt = "toInt64(toUnixTimestamp(parseDateTimeBestEffort(created_at))) * 1000000"
+	}
 	start := time.Now()
 	mv := fmt.Sprintf(`CREATE MATERIALIZED VIEW %s TO %s AS SELECT
 	order_id, customer_id, CAST(amount AS Decimal(12, 2)) AS amount, currency, status, items, country,
-	parseDateTimeBestEffort(created_at) AS created_at, toInt64(0) AS _kafka_partition, toInt64(0) AS _kafka_offset,
+	%s AS created_at, toInt64(0) AS _kafka_partition, toInt64(0) AS _kafka_offset,
 	'' AS _sluice_load_id
-FROM %s`, view, target, queue)
+FROM %s`, view, target, createdAt, queue)
 	if err := d.conn.Exec(ctx, mv); err != nil {
 		b.Fatalf("%s: %v", mv, err)
 	}
