@@ -56,32 +56,7 @@ func TestClusterTwoRunsKilled(t *testing.T) {
 	// The events arrive all along: 240 a second for about 25 s.
 	produced := trickle(t, b.Addr(), msgs)
 
-	started := 0
-	startRun := func(i int) *runProc {
-		started++
-		cmd, out := start(t, append([]string{"run", "-f", specs[i], "--log-level", "debug"}, fastArgs...)...)
-		return &runProc{name: fmt.Sprintf("run %d (replica %d first)", started, i+1), cmd: cmd, pid: cmd.Process.Pid, out: out}
-	}
-	procs := []*runProc{startRun(0), startRun(1)}
-	waitFor(t, time.Minute, "loads of both processes", func() bool {
-		return procs[0].commits("raw_in", time.Time{}) > 0 && procs[1].commits("raw_in", time.Time{}) > 0
-	})
-	rng := rand.New(rand.NewPCG(seed, 5))
-	for kill := range 10 {
-		time.Sleep(time.Duration(500+rng.IntN(2000)) * time.Millisecond)
-		i := rng.IntN(2)
-		procs[i].signal(t, syscall.SIGKILL)
-		procs[i].cmd.Wait()
-		t.Logf("kill %d: %s", kill+1, procs[i].name)
-		procs[i] = startRun(i)
-	}
-	produced()
-	for _, p := range procs {
-		p.signal(t, syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.cmd.Wait()
-	}
+	procs := killRuns(t, specs, seed, 10, "replica", produced)
 	mustSluice(t, append([]string{"update", "-f", specs[1]}, fastArgs...)...)
 
 	want := currentRows(cs)
@@ -151,32 +126,7 @@ func TestShardedTwoRunsKilled(t *testing.T) {
 	msgs := changeMessages(seed, changes(seed, n, 1_000), parts)
 	produced := trickle(t, b.Addr(), msgs)
 
-	started := 0
-	startRun := func(i int) *runProc {
-		started++
-		cmd, out := start(t, append([]string{"run", "-f", specs[i], "--log-level", "debug"}, fastArgs...)...)
-		return &runProc{name: fmt.Sprintf("run %d (shard %d first)", started, i+1), cmd: cmd, pid: cmd.Process.Pid, out: out}
-	}
-	procs := []*runProc{startRun(0), startRun(1)}
-	waitFor(t, time.Minute, "loads of both processes", func() bool {
-		return procs[0].commits("raw_in", time.Time{}) > 0 && procs[1].commits("raw_in", time.Time{}) > 0
-	})
-	rng := rand.New(rand.NewPCG(seed, 5))
-	for kill := range 6 {
-		time.Sleep(time.Duration(500+rng.IntN(2000)) * time.Millisecond)
-		i := rng.IntN(2)
-		procs[i].signal(t, syscall.SIGKILL)
-		procs[i].cmd.Wait()
-		t.Logf("kill %d: %s", kill+1, procs[i].name)
-		procs[i] = startRun(i)
-	}
-	produced()
-	for _, p := range procs {
-		p.signal(t, syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.cmd.Wait()
-	}
+	killRuns(t, specs, seed, 6, "shard", produced)
 	mustSluice(t, append([]string{"update", "-f", specs[1]}, fastArgs...)...)
 
 	total := 0
@@ -196,4 +146,41 @@ func TestShardedTwoRunsKilled(t *testing.T) {
 	if total != n {
 		t.Errorf("the shards hold %d rows, want %d", total, n)
 	}
+}
+
+// killRuns runs `sluice run` of specs[0] and of specs[1] (the same
+// pipeline, each naming another server first: what the first is, for the
+// processes' names), waits for loads of both, kills one of them at random
+// (by seed) with SIGKILL kills times, starting it again each time, then
+// waits for produced and stops both with SIGTERM. It returns the last two
+// processes.
+func killRuns(t *testing.T, specs []string, seed uint64, kills int, first string, produced func()) []*runProc {
+	t.Helper()
+	started := 0
+	startRun := func(i int) *runProc {
+		started++
+		cmd, out := start(t, append([]string{"run", "-f", specs[i], "--log-level", "debug"}, fastArgs...)...)
+		return &runProc{name: fmt.Sprintf("run %d (%s %d first)", started, first, i+1), cmd: cmd, pid: cmd.Process.Pid, out: out}
+	}
+	procs := []*runProc{startRun(0), startRun(1)}
+	waitFor(t, time.Minute, "loads of both processes", func() bool {
+		return procs[0].commits("raw_in", time.Time{}) > 0 && procs[1].commits("raw_in", time.Time{}) > 0
+	})
+	rng := rand.New(rand.NewPCG(seed, 5))
+	for kill := range kills {
+		time.Sleep(time.Duration(500+rng.IntN(2000)) * time.Millisecond)
+		i := rng.IntN(2)
+		procs[i].signal(t, syscall.SIGKILL)
+		procs[i].cmd.Wait()
+		t.Logf("kill %d: %s", kill+1, procs[i].name)
+		procs[i] = startRun(i)
+	}
+	produced()
+	for _, p := range procs {
+		p.signal(t, syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.cmd.Wait()
+	}
+	return procs
 }
