@@ -387,6 +387,9 @@ func (s *Sink) clusterOpen(ctx context.Context) error {
 		return fmt.Errorf("clickhouse: cluster %s has %d shards and zookeeper_path %q names no {shard}: the shards' tables would be one replicated table, each shard holding every row; put {shard} in the path", s.opts.Cluster, shards, s.opts.ZooKeeperPath)
 	}
 	s.shards = shards
+	if shards > 1 {
+		s.warnUncovered(ctx)
+	}
 	c, err := openCoord(s.opts.ZooKeeper, s.opts.Cluster, s.opts.Database, s.log)
 	if err != nil {
 		return err

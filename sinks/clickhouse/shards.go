@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -292,4 +295,67 @@ func (s *Sink) onShards() string {
 		return ""
 	}
 	return s.opts.cluster().OnCluster()
+}
+
+// clusterHost is a server of the cluster as system.clusters lists it.
+type clusterHost struct {
+	shard    uint32
+	name, ip string
+	port     uint16
+}
+
+// warnUncovered logs the shards of the cluster that no address in addr
+// names, as system.clusters lists their servers: the loads of their slots
+// go to other shards, and a reset cannot be completed while one is
+// missing. Only a warning: addr may name a server otherwise (a DNS name
+// where the cluster lists its IP address).
+func (s *Sink) warnUncovered(ctx context.Context) {
+	rows, err := s.conn.Query(ctx, "SELECT shard_num, host_name, host_address, port FROM system.clusters WHERE cluster = ?", s.opts.Cluster)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	var hosts []clusterHost
+	for rows.Next() {
+		var h clusterHost
+		if rows.Scan(&h.shard, &h.name, &h.ip, &h.port) != nil {
+			return
+		}
+		hosts = append(hosts, h)
+	}
+	if rows.Err() != nil {
+		return
+	}
+	if missing := uncoveredShards(hosts, s.opts.Addr); len(missing) > 0 {
+		s.log.Warn("shards of the cluster have no server in addr: their slots' loads go to other shards, and a reset cannot complete; list a server of every shard in addr",
+			"cluster", s.opts.Cluster, "shards", missing)
+	}
+}
+
+// uncoveredShards returns the shards none of whose servers is in addrs
+// (by host name or address, and port).
+func uncoveredShards(hosts []clusterHost, addrs []string) []uint32 {
+	in := map[string]bool{}
+	for _, a := range addrs {
+		in[a] = true
+	}
+	covered := map[uint32]bool{}
+	var all []uint32
+	for _, h := range hosts {
+		if !slices.Contains(all, h.shard) {
+			all = append(all, h.shard)
+		}
+		port := strconv.Itoa(int(h.port))
+		if in[net.JoinHostPort(h.name, port)] || in[net.JoinHostPort(h.ip, port)] {
+			covered[h.shard] = true
+		}
+	}
+	var out []uint32
+	for _, k := range all {
+		if !covered[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
