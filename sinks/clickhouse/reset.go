@@ -280,6 +280,9 @@ func (s *Sink) dropFlowRows(ctx context.Context, r resetRow, table string) error
 	if err := s.waitMutations(ctx, table); err != nil {
 		return err
 	}
+	if err := s.waitRowsGone(ctx, table, cond, args); err != nil {
+		return err
+	}
 	s.log.Info("reset: rows of the flows removed", "reset", r.id, "table", table, "flows", r.flows, "rows", n)
 	return nil
 }
@@ -557,4 +560,40 @@ func (s *Sink) Outdated(ctx context.Context, t sinks.Table) (string, error) {
 		return "", nil
 	}
 	return fmt.Sprintf("timestamp columns %s are DateTime, whole seconds", strings.Join(old, ", ")), nil
+}
+
+// waitRowsGone waits, on a cluster, until no server still holds rows of
+// table matching cond: a replicated table's other replicas perform an
+// ALTER ... DELETE from its replication log, after the server that ran
+// it, and 18.16 has no setting to wait for them; a reader on another
+// server would see the removed rows meanwhile. Every server must answer.
+func (s *Sink) waitRowsGone(ctx context.Context, table, cond string, args []any) error {
+	root := s
+	if s.parent != nil {
+		root = s.parent
+	}
+	if root.srv == nil {
+		return nil
+	}
+	return root.srv.each(ctx, true, func(ss *Sink) error {
+		wctx, cancel := context.WithTimeout(ctx, mutationWait)
+		defer cancel()
+		for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+			n, err := ss.queryUint(wctx, "SELECT count() FROM "+ss.table(table)+" WHERE "+cond, args...)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return nil
+			}
+			select {
+			case <-wctx.Done():
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return fmt.Errorf("clickhouse: %d rows of %s still on server %s after %v (its replica applies the removal later)", n, table, ss.server, mutationWait)
+			case <-time.After(delay):
+			}
+		}
+	})
 }
