@@ -81,34 +81,14 @@ func TestClusterTwoRunsKilled(t *testing.T) {
 	t.Logf("last processes that took the CDC lease: %v", cdcBy)
 }
 
-// shardedRunsSpec is the append flow of twoRunsSpec alone: AUTO CDC
-// targets are refused on a cluster of several shards.
-const shardedRunsSpec = `pipeline: %s
-kafka:
-  brokers: [%s]
-  session_timeout: 2s
-destination: %s
-tables:
-  - name: raw
-    columns:
-      - {name: id, type: int64}
-      - {name: seq, type: int64}
-      - {name: _kafka_partition, type: int64}
-      - {name: _kafka_offset, type: int64}
-flows:
-  - name: raw_in
-    target: raw
-    kind: append
-    source: {kafka: {topic: changes, format: json}}
-    batch: {rows: 300, wait: 100ms}
-`
-
-// TestShardedTwoRunsKilled runs two `sluice run` processes of an append
-// flow of an 8-partition topic on the cluster of two shards, each talking
-// to another shard's server first, kills one of them with SIGKILL at
-// random moments, six times, and finishes with `update`. Through the
-// Distributed table, on either server, every message is there once; each
-// shard holds a share of them.
+// TestShardedTwoRunsKilled runs two `sluice run` processes of the
+// two-runs pipeline (an SCD type 1 flow and an append flow of one
+// 8-partition topic) on the cluster of two shards, each talking to
+// another shard's server first, kills one of them with SIGKILL at random
+// moments, six times, and finishes with `update`. Through the Distributed
+// table and the CDC target's view, on either server, every message is
+// there once and each key's latest change; each shard holds a share of
+// the messages and of the keys.
 func TestShardedTwoRunsKilled(t *testing.T) {
 	c := chtest.SharedCluster(t)
 	db := chtest.NewClusterDatabase(t, c)
@@ -117,24 +97,30 @@ func TestShardedTwoRunsKilled(t *testing.T) {
 	spec := func(first int) string {
 		dest := fmt.Sprintf("{clickhouse: {addr: [%s, %s], database: %s, cluster: %s, zookeeper: [%s]}}",
 			c.ShardAddrs[first], c.ShardAddrs[1-first], db, c.ShardedName, c.ZooKeeper)
-		return writeSpecText(t, fmt.Sprintf(shardedRunsSpec, "shardedruns", b.Addr(), dest))
+		return writeSpecText(t, fmt.Sprintf(twoRunsSpec, "shardedruns", b.Addr(), dest))
 	}
 	specs := []string{spec(0), spec(1)}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	const n = 6_000
-	msgs := changeMessages(seed, changes(seed, n, 1_000), parts)
+	const n, keys = 6_000, 1_000
+	cs := changes(seed, n, keys)
+	msgs := changeMessages(seed, cs, parts)
 	produced := trickle(t, b.Addr(), msgs)
 
 	killRuns(t, specs, seed, 6, "shard", produced)
 	mustSluice(t, append([]string{"update", "-f", specs[1]}, fastArgs...)...)
 
+	want := currentRows(cs)
 	total := 0
+	keyShard := map[string]int{}
 	for i, addr := range c.ShardAddrs {
 		d := &clickHouseDest{addr: addr, db: db, conn: openClickHouse(t, addr)}
 		t.Cleanup(func() { d.conn.Close() })
 		if rows, distinct := rawCounts(t, d, specs[0]); rows != n || distinct != n {
 			t.Errorf("through server %d: %d rows, %d distinct messages, want %d once each", i+1, rows, distinct, n)
+		}
+		if got := targetRows(t, d, specs[0], "t", targetColumns(1)); !slices.Equal(got, want) {
+			t.Errorf("through server %d: CDC target: %d rows, want %d; first differences:\n%s", i+1, len(got), len(want), diffRows(got, want, 10))
 		}
 		var mine uint64
 		d.query(t, func(rs driver.Rows) error { return rs.Scan(&mine) }, "SELECT count() FROM "+db+"._sluice_shard_raw")
@@ -142,6 +128,22 @@ func TestShardedTwoRunsKilled(t *testing.T) {
 			t.Errorf("shard %d holds %d of the %d rows, want a share", i+1, mine, n)
 		}
 		total += int(mine)
+		mineKeys := 0
+		d.query(t, func(rs driver.Rows) error {
+			var k string
+			if err := rs.Scan(&k); err != nil {
+				return err
+			}
+			if j, ok := keyShard[k]; ok && j != i {
+				t.Errorf("key %q has versions on shards %d and %d", k, j+1, i+1)
+			}
+			keyShard[k] = i
+			mineKeys++
+			return nil
+		}, "SELECT DISTINCT _sluice_key FROM "+db+"._sluice_phys_t")
+		if mineKeys == 0 || mineKeys >= keys {
+			t.Errorf("shard %d holds versions of %d of the %d keys, want a share", i+1, mineKeys, keys)
+		}
 	}
 	if total != n {
 		t.Errorf("the shards hold %d rows, want %d", total, n)

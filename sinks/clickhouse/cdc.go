@@ -22,7 +22,9 @@ import (
 //     the row's identity: _sluice_key for SCD type 1, (_sluice_key,
 //     _sluice_seq) for SCD type 2;
 //   - a view under the target's own name, SELECT <columns> FROM phys FINAL
-//     WHERE _sluice_deleted = 0: the logical content.
+//     WHERE _sluice_deleted = 0: the logical content (on several shards
+//     FROM the Distributed table over each shard's physical table, see
+//     cdcshards.go).
 //
 // A load writes each identity it changes as a new row version; a removal is
 // a marker row (_sluice_deleted = 1) with the row's values. Versions are
@@ -177,7 +179,7 @@ func (s *Sink) createViewSQL(name string, cols []column) string {
 		names[i] = chsql.Quote(c.Name)
 	}
 	return "CREATE VIEW IF NOT EXISTS " + s.table(name) + s.opts.cluster().OnCluster() + " AS SELECT " + strings.Join(names, ", ") +
-		" FROM " + s.table(physName(name)) + " FINAL WHERE " + chsql.Quote(deletedColumn) + " = 0"
+		" FROM " + s.table(s.cdcRead(name)) + " FINAL WHERE " + chsql.Quote(deletedColumn) + " = 0"
 }
 
 // ensureCDC creates a CDC target's physical table and view when missing,
@@ -187,13 +189,13 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 	if err := validateCDC(t); err != nil {
 		return err
 	}
-	if s.sharded() {
-		return s.errCDCShards(t.Name)
+	if s.sharded() && len(sluicePrefix+"distnew_dphys_")+len(t.Name) > chsql.MaxIdent {
+		return fmt.Errorf("clickhouse: table name %s: a CDC target's name on a cluster of several shards has at most %d characters", t.Name, chsql.MaxIdent-len(sluicePrefix+"distnew_dphys_"))
 	}
 	phys := physName(t.Name)
 	s.forget(t.Name)
 	s.forget(phys)
-	front, err := s.describe(ctx, t.Name)
+	front, err := s.describeFront(ctx, t.Name)
 	if err != nil {
 		return err
 	}
@@ -218,6 +220,15 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 		if info == nil {
 			return fmt.Errorf("clickhouse: table %s: missing right after CREATE TABLE", phys)
 		}
+		if s.sharded() {
+			if err := s.checkShards(t.Name, true); err != nil {
+				return err
+			}
+		}
+	} else if s.sharded() {
+		if err := s.checkShards(t.Name, false); err != nil {
+			return err
+		}
 	}
 	add, err := reconcileCDC(t, info, s.opts.Cluster != "")
 	if err != nil {
@@ -228,6 +239,11 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 			return err
 		}
 		if info, err = s.describe(ctx, phys); err != nil {
+			return err
+		}
+	}
+	if s.sharded() {
+		if err := s.ensureDistributed(ctx, cdcDist(t.Name)); err != nil {
 			return err
 		}
 	}

@@ -320,10 +320,6 @@ func TestClusterShards(t *testing.T) {
 		waitIDs(t, addr, db, "ev", nil, fmt.Sprintf("server %d after the reset", i+1))
 	}
 
-	cdc := sinks.Table{Name: "cur", Kind: sinks.KindSCD1, Keys: []string{"id"}, Schema: table.Schema}
-	if err := a.Ensure(ctx, []sinks.Table{cdc}); err == nil || !strings.Contains(err.Error(), "2 shards") || !strings.Contains(err.Error(), "one shard") {
-		t.Fatalf("Ensure of a CDC target on 2 shards: %v, want a refusal naming the remedy", err)
-	}
 	l, err := a.Begin(ctx, sinks.LoadMeta{LoadID: "replace", Pipeline: sinktest.Pipeline, Flow: "g", Targets: []string{"ev"}})
 	if err != nil {
 		t.Fatal(err)
@@ -331,6 +327,182 @@ func TestClusterShards(t *testing.T) {
 	defer l.Abort(ctx)
 	if err := l.(sinks.PartitionLoad).ReplacePartitions(ctx, "ev", batch.New(batch.Schema{}, 0)); err == nil || !strings.Contains(err.Error(), "write: append") {
 		t.Fatalf("ReplacePartitions on 2 shards: %v, want a refusal naming the remedy", err)
+	}
+}
+
+// TestClusterShardedCDC: a CDC target on two shards keeps each key's
+// versions on one shard, the one its hash picks, whichever server a load
+// went through; its view through either server shows the whole content;
+// compaction drops the markers of both shards; TruncateBelow reads both;
+// and a target created on another count of shards is refused.
+func TestClusterShardedCDC(t *testing.T) {
+	c := chtest.SharedCluster(t)
+	db := chtest.NewClusterDatabase(t, c)
+	ctx := context.Background()
+	a := dialSharded(t, c, db, 0)
+	defer a.Close()
+	b := dialSharded(t, c, db, 1)
+	defer b.Close()
+	schema := batch.Schema{Columns: []batch.Column{{Name: "id", Type: batch.Int64}, {Name: "name", Type: batch.String}}}
+	cur := sinks.Table{Name: "cur", Kind: sinks.KindSCD1, Keys: []string{"id"}, Schema: schema}
+	hist := sinks.Table{Name: "hist", Kind: sinks.KindSCD2, Keys: []string{"id"}, Schema: schema}
+	for _, s := range []*Sink{a, b} {
+		if err := s.Ensure(ctx, []sinks.Table{cur, hist}); err != nil {
+			t.Fatalf("Ensure: %v", err)
+		}
+	}
+	const keys = 60
+	rows := func(lo, hi int64, name string) (*batch.Batch, []string, []string) {
+		bt := batch.New(schema, int(hi-lo))
+		var ks, seqs []string
+		for id := lo; id < hi; id++ {
+			bt.Vectors[0].AppendInt(id)
+			bt.Vectors[1].AppendString(fmt.Sprintf("%s%d", name, id))
+			ks = append(ks, fmt.Sprintf("k%03d", id))
+			seqs = append(seqs, name)
+		}
+		return bt, ks, seqs
+	}
+	load := func(s *Sink, id string, fn func(l sinks.CDCLoad) error) {
+		t.Helper()
+		l, err := s.Begin(ctx, sinks.LoadMeta{LoadID: id, Pipeline: sinktest.Pipeline, Flow: "f", Targets: []string{"cur", "hist"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fn(l.(sinks.CDCLoad)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(ctx, sinks.Commit{To: batch.Positions{{Topic: "t", Partition: 0, Offset: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every key in a load through server 1, then half of them again, and
+	// a removal, through server 2.
+	load(a, "one", func(l sinks.CDCLoad) error {
+		bt, ks, seqs := rows(0, keys, "a")
+		if err := l.Upsert(ctx, "cur", bt, ks, seqs); err != nil {
+			return err
+		}
+		return l.Upsert(ctx, "hist", bt, ks, seqs)
+	})
+	load(b, "two", func(l sinks.CDCLoad) error {
+		bt, ks, seqs := rows(0, keys/2, "b")
+		if err := l.Upsert(ctx, "cur", bt, ks, seqs); err != nil {
+			return err
+		}
+		if err := l.Upsert(ctx, "hist", bt, ks, seqs); err != nil {
+			return err
+		}
+		gone, gk, gs := rows(keys-1, keys, "b")
+		return l.Remove(ctx, "cur", gone, gk, gs)
+	})
+	shardKeys := func(addr, phys string) map[string]int {
+		t.Helper()
+		probe := dial(t, addr, db)
+		defer probe.Close()
+		r, err := probe.conn.Query(ctx, "SELECT _sluice_key, count() FROM `"+db+"`.`"+phys+"` GROUP BY _sluice_key")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		out := map[string]int{}
+		for r.Next() {
+			var k string
+			var n uint64
+			if err := r.Scan(&k, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = int(n)
+		}
+		return out
+	}
+	for _, phys := range []string{physName("cur"), physName("hist")} {
+		seen := map[string]int{}
+		for i, addr := range c.ShardAddrs {
+			mine := shardKeys(addr, phys)
+			if len(mine) == 0 || len(mine) == keys {
+				t.Fatalf("%s: shard %d holds %d of %d keys, want some", phys, i+1, len(mine), keys)
+			}
+			for k := range mine {
+				if _, twice := seen[k]; twice {
+					t.Fatalf("%s: key %s has versions on both shards", phys, k)
+				}
+				seen[k] = i
+			}
+		}
+		if len(seen) != keys {
+			t.Fatalf("%s: the shards hold %d keys, want %d", phys, len(seen), keys)
+		}
+	}
+	wantCur := map[int64]string{}
+	for id := range int64(keys - 1) {
+		wantCur[id] = fmt.Sprintf("a%d", id)
+		if id < keys/2 {
+			wantCur[id] = fmt.Sprintf("b%d", id)
+		}
+	}
+	for _, s := range []*Sink{a, b} {
+		got, err := s.Scan(ctx, "cur")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Len() != len(wantCur) {
+			t.Fatalf("the view of cur through %s: %d rows, want %d", s.opts.Addr[0], got.Len(), len(wantCur))
+		}
+		for i := range got.Len() {
+			id, name := got.Vectors[0].Ints[i], got.Vectors[1].Strs[i]
+			if wantCur[id] != name {
+				t.Fatalf("the view of cur through %s: id %d is %q, want %q", s.opts.Addr[0], id, name, wantCur[id])
+			}
+		}
+		h, err := s.Scan(ctx, "hist")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Len() != keys+keys/2 {
+			t.Fatalf("the view of hist through %s: %d versions, want %d", s.opts.Addr[0], h.Len(), keys+keys/2)
+		}
+	}
+
+	// TruncateBelow marks the rows of every shard older than its sequence.
+	load(a, "three", func(l sinks.CDCLoad) error {
+		return l.TruncateBelow(ctx, "cur", "b")
+	})
+	got, err := b.Scan(ctx, "cur")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != keys/2 {
+		t.Fatalf("after TruncateBelow: %d rows, want the %d of sequence b", got.Len(), keys/2)
+	}
+	dropped, err := a.CompactCDC(ctx, "cur")
+	if err != nil {
+		t.Fatalf("CompactCDC: %v", err)
+	}
+	if dropped < keys/2 {
+		t.Fatalf("CompactCDC dropped %d rows, want at least the %d markers", dropped, keys/2)
+	}
+	for i, addr := range c.ShardAddrs {
+		probe := dial(t, addr, db)
+		n, err := probe.queryUint(ctx, "SELECT count() FROM "+probe.table(physName("cur"))+" WHERE _sluice_deleted = 1")
+		probe.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("shard %d keeps %d markers after compaction", i+1, n)
+		}
+	}
+	if got, err := b.Scan(ctx, "cur"); err != nil || got.Len() != keys/2 {
+		t.Fatalf("after compaction: %v rows, err %v; want %d", got.Len(), err, keys/2)
+	}
+
+	// A target recorded with another count of shards is refused.
+	if _, err := a.zk.conn.Set(a.zk.shardsPath("cur"), []byte("3"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ensure(ctx, []sinks.Table{cur}); err == nil || !strings.Contains(err.Error(), "created on 3 shards") {
+		t.Fatalf("Ensure of a target created on 3 shards: %v, want a refusal", err)
 	}
 }
 

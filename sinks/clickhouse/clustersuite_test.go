@@ -35,9 +35,11 @@ func TestClusterConformance(t *testing.T) {
 	}))...)
 }
 
-// TestShardedConformance runs the conformance suite of append targets,
-// and the reset suite, on the cluster of two shards: each target is a
-// table per shard under a Distributed table, which the suite reads.
+// TestShardedConformance runs the conformance suites of append and CDC
+// targets, and the reset suite, on the cluster of two shards: an append
+// target is a table per shard under a Distributed table, a CDC target's
+// physical table one per shard under a Distributed table sharded by key,
+// which the suites read through the target.
 func TestShardedConformance(t *testing.T) {
 	c := chtest.SharedCluster(t)
 	probe := dialSharded(t, c, "default", 0)
@@ -51,8 +53,11 @@ func TestShardedConformance(t *testing.T) {
 			s.(*Sink).failPublish.Store(true)
 		}))...)
 	})
+	t.Run("cdc", func(t *testing.T) {
+		sinktest.RunCDC(t, factory, suiteOptions(probe)...)
+	})
 	t.Run("reset", func(t *testing.T) {
-		sinktest.RunReset(t, factory, append(suiteOptions(probe), sinktest.AppendOnly(), sinktest.CrashReset(stopResetAt("reset-committed")))...)
+		sinktest.RunReset(t, factory, append(suiteOptions(probe), sinktest.CrashReset(stopResetAt("reset-committed")))...)
 	})
 }
 

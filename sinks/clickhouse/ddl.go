@@ -681,7 +681,7 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 	}
 	if info == nil && s.sharded() {
 		// Refused before the shard tables are made for nothing.
-		if _, err := s.checkDistributed(ctx, t.Name); err != nil {
+		if _, err := s.checkDistributed(ctx, s.appendDist(t.Name)); err != nil {
 			return err
 		}
 	}
@@ -711,7 +711,7 @@ func (s *Sink) ensureTable(ctx context.Context, t sinks.Table) error {
 	}
 	s.forget(t.Name)
 	if s.sharded() {
-		return s.ensureDistributed(ctx, t.Name)
+		return s.ensureDistributed(ctx, s.appendDist(t.Name))
 	}
 	return nil
 }
@@ -854,31 +854,47 @@ func reconcileColumns(t sinks.Table, info *tableInfo) (add []batch.Column, probl
 	return add, problems
 }
 
-// describe reads an existing table, or returns nil when there is none.
+// describe reads an existing table, or returns nil when there is none:
+// an append target of a cluster of several shards by its shard's table
+// (local).
 func (s *Sink) describe(ctx context.Context, name string) (*tableInfo, error) {
+	return s.describeAt(ctx, name, s.local(name))
+}
+
+// describeFront reads the table or view under a target's own name, the
+// Distributed table of an append target on several shards, the view of a
+// CDC target.
+func (s *Sink) describeFront(ctx context.Context, name string) (*tableInfo, error) {
+	return s.describeAt(ctx, name, name)
+}
+
+// describeAt describes name by the table at, which holds its columns.
+func (s *Sink) describeAt(ctx context.Context, name, at string) (*tableInfo, error) {
 	var info *tableInfo
 	err := retrySystem(ctx, func() error {
 		var err error
-		info, err = s.readTable(ctx, name)
+		info, err = s.readTable(ctx, name, at)
 		return err
 	})
 	return info, err
 }
 
-// readTable describes a table as the server holds it: an append target of
-// a cluster of several shards by its shard's table (local).
-func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
+// readTable describes a table as the server holds it, by the table at.
+func (s *Sink) readTable(ctx context.Context, name, at string) (*tableInfo, error) {
 	rows, err := s.conn.Query(ctx, "SELECT engine, partition_key, sorting_key FROM system.tables WHERE database = ? AND name = ?",
-		s.opts.Database, s.local(name))
+		s.opts.Database, at)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
 	}
 	var info *tableInfo
 	for rows.Next() {
 		info = &tableInfo{name: name, alterName: name}
-		if l := s.local(name); l != name {
+		if l := at; l != name {
 			info.alterName = l + s.onShards()
 			info.alterNote = " (sluice then makes the Distributed table " + name + " anew)"
+		} else if s.shardedPhys(name) {
+			info.alterName = name + s.onShards()
+			info.alterNote = " (sluice then makes the Distributed table " + dphysName(strings.TrimPrefix(name, physPrefix)) + " anew)"
 		}
 		if err := rows.Scan(&info.engine, &info.partitionKey, &info.sortingKey); err != nil {
 			rows.Close()
@@ -893,7 +909,7 @@ func (s *Sink) readTable(ctx context.Context, name string) (*tableInfo, error) {
 		return nil, nil
 	}
 	rows, err = s.conn.Query(ctx, "SELECT name, type, comment, default_kind, default_expression FROM system.columns WHERE database = ? AND table = ?",
-		s.opts.Database, s.local(name))
+		s.opts.Database, at)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: describe %s: %w", name, err)
 	}

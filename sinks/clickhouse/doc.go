@@ -31,7 +31,9 @@
 // goes through one server's own sink (cluster.go), which runs that
 // server's maintenance. On several shards an append target is a table
 // per shard under a Distributed table, and a load goes to the shard of its
-// first slot (shards.go).
+// first slot (shards.go); a CDC target's physical table is one per shard
+// under a Distributed table sharded by key, through which its loads are
+// published (cdcshards.go).
 //
 // It must not import sources or the flow runner: it receives columnar
 // batches and positions and knows nothing of Kafka or files beyond what a

@@ -25,43 +25,20 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 	sinks.PublishOrder(tables)
 	for _, table := range tables {
 		stage := l.stages[table]
-		pids, err := s.partitions(ctx, stage)
-		if err != nil {
+		steps, err := s.publishSteps(ctx, l, table, stage)
+		if err != nil || steps == nil {
 			return err
-		}
-		if len(pids) == 0 {
-			// No partition: nothing staged (a replacement with no rows), or
-			// recovery renamed the table and publishes it now, when it is
-			// for it to drop the marker (and the load's node).
-			ages, err := s.objectAges(ctx, stage)
-			if err != nil {
-				return err
-			}
-			if _, ok := ages[stage]; !ok {
-				s.log.Info("publication of load taken over by recovery", "load", l.meta.LoadID, "table", table)
-				return nil
-			}
-		}
-		listed := l.replace[table]
-		steps := make([]func() error, 0, len(listed)+len(pids))
-		for _, pid := range listed {
-			steps = append(steps, func() error { return s.replace(ctx, table, stage, pid) })
-		}
-		for _, pid := range pids {
-			if !slices.Contains(listed, pid) {
-				steps = append(steps, func() error { return s.attach(ctx, table, stage, pid) })
-			}
 		}
 		for _, step := range steps {
 			err := step()
 			if chsql.Gone(err) {
 				// Either recovery renamed the staging table (it publishes
 				// the load now), or the target itself is gone.
-				ages, aerr := s.objectAges(ctx, stage)
+				taken, aerr := s.takenOver(ctx, stage)
 				if aerr != nil {
 					return aerr
 				}
-				if _, ok := ages[stage]; !ok {
+				if taken {
 					s.log.Info("publication of load taken over by recovery", "load", l.meta.LoadID, "table", table)
 					return nil
 				}
@@ -74,7 +51,7 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 			return err
 		}
 		delete(l.stages, table)
-		s.log.Debug("load published", "load", l.meta.LoadID, "table", table, "partitions", len(pids), "replaced", len(listed))
+		s.log.Debug("load published", "load", l.meta.LoadID, "table", table, "steps", len(steps))
 	}
 	if err := s.dropPlists(ctx, l); err != nil {
 		return err
@@ -83,6 +60,56 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 		return err
 	}
 	return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
+}
+
+// takenOver reports whether a staging table is gone: recovery renamed it
+// to publish the load itself.
+func (s *Sink) takenOver(ctx context.Context, stage string) (bool, error) {
+	ages, err := s.objectAges(ctx, stage)
+	if err != nil {
+		return false, err
+	}
+	_, ok := ages[stage]
+	return !ok, nil
+}
+
+// publishSteps returns the steps publishing a load's staging table of
+// table: the replacement of each partition it lists and the attach of
+// every other, or on several shards the insert of a CDC target's versions
+// through its Distributed table (cdcshards.go). None (nil, no error) when
+// recovery renamed the staging table and publishes the load now, when it
+// is for it to drop the marker (and the load's node).
+func (s *Sink) publishSteps(ctx context.Context, l *load, table, stage string) ([]func() error, error) {
+	if s.shardedPhys(table) {
+		return []func() error{func() error { return s.publishShards(ctx, table, stage) }}, nil
+	}
+	pids, err := s.partitions(ctx, stage)
+	if err != nil {
+		return nil, err
+	}
+	if len(pids) == 0 {
+		// No partition: nothing staged (a replacement with no rows), or
+		// recovery took the table over.
+		taken, err := s.takenOver(ctx, stage)
+		if err != nil {
+			return nil, err
+		}
+		if taken {
+			s.log.Info("publication of load taken over by recovery", "load", l.meta.LoadID, "table", table)
+			return nil, nil
+		}
+	}
+	listed := l.replace[table]
+	steps := make([]func() error, 0, len(listed)+len(pids))
+	for _, pid := range listed {
+		steps = append(steps, func() error { return s.replace(ctx, table, stage, pid) })
+	}
+	for _, pid := range pids {
+		if !slices.Contains(listed, pid) {
+			steps = append(steps, func() error { return s.attach(ctx, table, stage, pid) })
+		}
+	}
+	return steps, nil
 }
 
 // attach attaches one partition of a staging table to its target.
@@ -248,6 +275,17 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string, liste
 	}
 	if err := s.waitQueries(ctx, cur); err != nil {
 		return err
+	}
+	if s.shardedPhys(table) {
+		// Repeated rows of a version are one row (see cdcshards.go).
+		if err := s.publishShards(ctx, table, next); err != nil {
+			return s.fencedStage(ctx, loadID, next, err)
+		}
+		if err := s.exec(ctx, "drop staging table of "+table, s.dropStmt(next)); err != nil {
+			return err
+		}
+		s.log.Info("committed load published through the shards by recovery", "load", loadID, "table", table)
+		return nil
 	}
 	published, err := s.loadPartitions(ctx, table, loadID)
 	if err != nil {

@@ -221,7 +221,11 @@ func (s *Sink) applyReset(ctx context.Context, r resetRow, tables []string) erro
 		ct, err := s.cdcInfo(ctx, t)
 		switch {
 		case err == nil:
-			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(ct.phys)); err != nil && !chsql.Gone(err) {
+			if s.sharded() {
+				if err := s.truncateShards(ctx, t, ct.phys); err != nil {
+					return err
+				}
+			} else if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(ct.phys)); err != nil && !chsql.Gone(err) {
 				return err
 			}
 			if err := s.exec(ctx, "reset the state of "+t, "ALTER TABLE "+s.table(cdcStateTable)+" DROP PARTITION ?", t); err != nil {
@@ -516,10 +520,11 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 	default:
 		return fmt.Errorf("clickhouse: drop: table %s was not created by sluice: drop or rename it yourself", table)
 	}
-	names := []string{table, phys}
+	names := []string{table}
 	if s.sharded() {
-		names = append(names, s.local(table))
+		names = append(names, s.local(table), dphysName(table))
 	}
+	names = append(names, phys)
 	for _, name := range names {
 		if err := s.ddl(ctx, "drop "+name, s.dropTargetStmt(name)); err != nil {
 			return err

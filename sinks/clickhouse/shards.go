@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-multierror"
-
 	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
 )
 
@@ -50,22 +48,41 @@ func slotShard(slot string, shards uint32) uint32 {
 	return 1 + h.Sum32()%shards
 }
 
-// distributedEngine is the engine of an append target's Distributed table
-// over its shards' tables. Readers query it; nothing is inserted into it
-// (each load attaches its parts into one shard's table), so it has no
-// sharding key.
-func (s *Sink) distributedEngine(name string) string {
-	return "Distributed(" + chsql.Quote(s.opts.Cluster) + ", " + chsql.Quote(s.opts.Database) + ", " + chsql.Quote(s.local(name)) + ")"
+// distTable is a Distributed table sluice keeps over a table of each
+// shard: an append target's, under the target's name (nothing is inserted
+// into it: each load attaches its parts into one shard's table, so it has
+// no sharding key), or a CDC target's physical tables, under
+// _sluice_dphys_<target> (publication inserts through it, sharded by the
+// key: see cdcshards.go).
+type distTable struct {
+	name  string // the Distributed table
+	local string // the table of each shard
+	key   string // the sharding key, "" for none
+	what  string // what the name is, for a refusal
 }
 
-// checkDistributed refuses a table under an append target's name that is
-// not its Distributed table (another engine, or a Distributed table over
-// other tables), and reports whether the Distributed table exists.
-func (s *Sink) checkDistributed(ctx context.Context, name string) (bool, error) {
+// appendDist is an append target's Distributed table.
+func (s *Sink) appendDist(name string) distTable {
+	return distTable{name: name, local: s.local(name), what: "an append target's name"}
+}
+
+// engine renders the Distributed engine of d.
+func (s *Sink) distEngine(d distTable) string {
+	e := "Distributed(" + chsql.Quote(s.opts.Cluster) + ", " + chsql.Quote(s.opts.Database) + ", " + chsql.Quote(d.local)
+	if d.key != "" {
+		e += ", " + d.key
+	}
+	return e + ")"
+}
+
+// checkDistributed refuses a table under d's name that is not its
+// Distributed table (another engine, or a Distributed table over other
+// tables or sharded otherwise), and reports whether it exists.
+func (s *Sink) checkDistributed(ctx context.Context, d distTable) (bool, error) {
 	var engine, full string
 	found := false
 	err := retrySystem(ctx, func() error {
-		rows, err := s.conn.Query(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, name)
+		rows, err := s.conn.Query(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", s.opts.Database, d.name)
 		if err != nil {
 			return err
 		}
@@ -79,11 +96,11 @@ func (s *Sink) checkDistributed(ctx context.Context, name string) (bool, error) 
 		return rows.Err()
 	})
 	if err != nil {
-		return false, fmt.Errorf("clickhouse: table %s: %w", name, err)
+		return false, fmt.Errorf("clickhouse: table %s: %w", d.name, err)
 	}
-	if found && (engine != "Distributed" || normEngine(full) != normEngine(s.distributedEngine(name))) {
-		return false, fmt.Errorf("clickhouse: table %s is %s: on cluster %s of %d shards an append target's name is sluice's Distributed table over its shards' tables %s (%s); drop or rename the table, or give the target another name",
-			name, full, s.opts.Cluster, s.shards, s.local(name), s.distributedEngine(name))
+	if found && (engine != "Distributed" || normEngine(full) != normEngine(s.distEngine(d))) {
+		return false, fmt.Errorf("clickhouse: table %s is %s: on cluster %s of %d shards %s is sluice's Distributed table over its shards' tables %s (%s); drop or rename the table, or give the target another name",
+			d.name, full, s.opts.Cluster, s.shards, d.what, d.local, s.distEngine(d))
 	}
 	return found, nil
 }
@@ -94,61 +111,62 @@ func normEngine(e string) string {
 	return strings.NewReplacer("`", "", "'", "", " ", "").Replace(e)
 }
 
-// ensureDistributed creates the Distributed table of an append target when
-// missing, and swaps in a new one when its columns are not those of this
-// server's shard table: a Distributed table takes its columns from the
-// shard table when it is created, and 18.16 cannot ALTER one ON CLUSTER of
-// a cluster whose shards replicate internally (Code 371). Checking at
-// every Ensure, not only after adding columns, catches one that a stopped
-// process or a replica applying the ALTER late left behind. The new table
-// is made under another name and renamed in, so readers miss the target
-// only for the moment of the RENAME, not while a down server holds up the
-// ON CLUSTER statements (distributed_ddl_task_timeout).
-func (s *Sink) ensureDistributed(ctx context.Context, name string) error {
-	found, err := s.checkDistributed(ctx, name)
+// ensureDistributed creates a Distributed table when missing, and swaps in
+// a new one when its columns are not those of this server's shard table:
+// a Distributed table takes its columns from the shard table when it is
+// created, and 18.16 cannot ALTER one ON CLUSTER of a cluster whose shards
+// replicate internally (Code 371). Checking at every Ensure, not only after
+// adding columns, catches one that a stopped process or a replica applying
+// the ALTER late left behind. The new table is made under another name and
+// renamed in, so readers miss the table only for the moment of the RENAME,
+// not while a down server holds up the ON CLUSTER statements
+// (distributed_ddl_task_timeout).
+func (s *Sink) ensureDistributed(ctx context.Context, d distTable) error {
+	found, err := s.checkDistributed(ctx, d)
 	if err != nil {
 		return err
 	}
-	on, local := s.opts.cluster().OnCluster(), s.table(s.local(name))
+	on, local := s.opts.cluster().OnCluster(), s.table(d.local)
 	create := func(t string) string {
-		return "CREATE TABLE IF NOT EXISTS " + s.table(t) + on + " AS " + local + " ENGINE = " + s.distributedEngine(name)
+		return "CREATE TABLE IF NOT EXISTS " + s.table(t) + on + " AS " + local + " ENGINE = " + s.distEngine(d)
 	}
 	if !found {
-		if err := s.ddl(ctx, "create the distributed table "+name, create(name)); err != nil {
+		if err := s.ddl(ctx, "create the distributed table "+d.name, create(d.name)); err != nil {
 			return err
 		}
 	} else {
-		have, err := s.columnList(ctx, name)
+		have, err := s.columnList(ctx, d.name)
 		if err != nil {
 			return err
 		}
-		want, err := s.columnList(ctx, s.local(name))
+		want, err := s.columnList(ctx, d.local)
 		if err != nil {
 			return err
 		}
 		if have == want {
 			return nil
 		}
-		next, prev := sluicePrefix+"distnew_"+name, sluicePrefix+"distold_"+name
+		base := strings.TrimPrefix(d.name, sluicePrefix)
+		next, prev := sluicePrefix+"distnew_"+base, sluicePrefix+"distold_"+base
 		steps := []struct{ what, stmt string }{
-			{"drop a leftover distributed table of " + name, s.dropTargetStmt(next)},
-			{"drop a leftover distributed table of " + name, s.dropTargetStmt(prev)},
-			{"create the distributed table of " + name + " anew", create(next)},
-			{"swap in the distributed table of " + name, "RENAME TABLE " + s.table(name) + " TO " + s.table(prev) + ", " + s.table(next) + " TO " + s.table(name) + on},
-			{"drop the previous distributed table of " + name, s.dropTargetStmt(prev)},
+			{"drop a leftover distributed table of " + d.name, s.dropTargetStmt(next)},
+			{"drop a leftover distributed table of " + d.name, s.dropTargetStmt(prev)},
+			{"create the distributed table of " + d.name + " anew", create(next)},
+			{"swap in the distributed table of " + d.name, "RENAME TABLE " + s.table(d.name) + " TO " + s.table(prev) + ", " + s.table(next) + " TO " + s.table(d.name) + on},
+			{"drop the previous distributed table of " + d.name, s.dropTargetStmt(prev)},
 		}
 		for _, st := range steps {
 			if err := s.ddl(ctx, st.what, st.stmt); err != nil {
 				return err
 			}
 		}
-		s.log.Info("distributed table made anew with its shards' columns", "table", name)
+		s.log.Info("distributed table made anew with its shards' columns", "table", d.name)
 	}
-	if found, err = s.checkDistributed(ctx, name); err != nil {
+	if found, err = s.checkDistributed(ctx, d); err != nil {
 		return err
 	}
 	if !found {
-		return s.notHere("the distributed table " + name)
+		return s.notHere("the distributed table " + d.name)
 	}
 	return nil
 }
@@ -180,12 +198,7 @@ func (s *Sink) columnList(ctx context.Context, table string) (string, error) {
 }
 
 // truncate empties an append target. On a cluster of several shards it
-// empties the table of each shard through one server of the shard that
-// answers (a replicated TRUNCATE reaches the shard's other replicas through
-// its replication log, in order with later attaches); an ON CLUSTER one
-// would run late on a server that was down, after loads published there.
-// A shard none of whose servers in addr answers is an error: the reset
-// stays unapplied, and Recover completes it.
+// empties the table of each shard (truncateShards).
 func (s *Sink) truncate(ctx context.Context, table string) error {
 	if !s.sharded() || s.local(table) == table { // one table across the shards
 		if err := s.exec(ctx, "reset "+table, "TRUNCATE TABLE "+s.table(table)); err != nil && !chsql.Gone(err) {
@@ -193,49 +206,27 @@ func (s *Sink) truncate(ctx context.Context, table string) error {
 		}
 		return nil
 	}
-	root := s
-	if s.parent != nil {
-		root = s.parent
-	}
-	done := map[uint32]bool{}
-	var errs *multierror.Error
-	for _, addr := range root.srv.addrs {
-		ss, err := root.srv.get(ctx, addr)
-		if err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("server %s: %w", addr, err))
-			continue
-		}
-		if done[ss.shard] {
-			continue
-		}
-		if err := ss.exec(ctx, "reset "+table+" on shard "+fmt.Sprint(ss.shard), "TRUNCATE TABLE "+ss.table(ss.local(table))); err != nil && !chsql.Gone(err) {
-			errs = multierror.Append(errs, fmt.Errorf("server %s: %w", addr, err))
-			continue
-		}
-		done[ss.shard] = true
-	}
-	if uint32(len(done)) < s.shards {
-		var missing []string
-		for k := uint32(1); k <= s.shards; k++ {
-			if !done[k] {
-				missing = append(missing, fmt.Sprint(k))
-			}
-		}
-		err := fmt.Errorf("clickhouse: reset %s: shard %s of cluster %s not emptied: no server of it in addr answered; list a server of every shard in addr (Recover completes the reset once one answers)",
-			table, strings.Join(missing, ", "), s.opts.Cluster)
-		if errs != nil {
-			err = fmt.Errorf("%w: %w", err, errs)
-		}
-		return err
-	}
-	return nil
+	return s.truncateShards(ctx, table, s.local(table))
 }
 
-// errCDCShards refuses a CDC target on a cluster of several shards
-// (docs/clickhouse.md, "Limits").
-func (s *Sink) errCDCShards(table string) error {
-	return fmt.Errorf("clickhouse: table %s: an AUTO CDC target on cluster %s of %d shards: sluice writes CDC targets on a cluster of one shard (its replicas) so far, and append targets on any; name a cluster of one shard in a destination of its own for the CDC targets, or make the target an append target",
-		table, s.opts.Cluster, s.shards)
+// truncateShards empties local, a table of each shard (an append
+// target's, a CDC target's physical table), through one server of the
+// shard that answers: a replicated TRUNCATE reaches the shard's other
+// replicas through its replication log, in order with later attaches; an
+// ON CLUSTER one would run late on a server that was down, after loads
+// published there. A shard none of whose servers in addr answers is an
+// error: the reset stays unapplied, and Recover completes it.
+func (s *Sink) truncateShards(ctx context.Context, table, local string) error {
+	err := s.eachShard(ctx, "reset "+table, func(ss *Sink) error {
+		if err := ss.exec(ctx, "reset "+table+" on shard "+fmt.Sprint(ss.shard), "TRUNCATE TABLE "+ss.table(local)); err != nil && !chsql.Gone(err) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (Recover completes the reset once one answers)", err)
+	}
+	return nil
 }
 
 // errReplaceShards refuses replace_partitions on a cluster of several

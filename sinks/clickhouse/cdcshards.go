@@ -1,0 +1,209 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/go-zookeeper/zk"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/sluicehq/sluice/sinks/clickhouse/chsql"
+)
+
+// CDC targets on a cluster of several shards (docs/clickhouse.md, "CDC
+// targets on shards"). The physical table _sluice_phys_<target> is a
+// replicated table of each shard, and _sluice_dphys_<target> a Distributed
+// table over them sharded by cityHash64(_sluice_key): every version and
+// marker of a key is on the key's shard, so FINAL, which each shard applies
+// to its own rows, sees all of a key's versions, and the view reads
+// SELECT ... FROM _sluice_dphys_<target> FINAL WHERE _sluice_deleted = 0.
+//
+// A load stages its versions on one server as everywhere, and its commit
+// point is the same ZooKeeper multi; publication inserts the staging table
+// into the Distributed table synchronously (insert_distributed_sync), each
+// row onto its key's shard, where an attach could only fill this server's
+// shard. An insert is not idempotent as an attach of a partition is made
+// to be, and needs not be: a version is a row the load's key, sequence
+// and version identify, and a row repeated (by a publication retried after
+// a lost answer, or by recovery racing the writer) is the same row, which
+// the ReplacingMergeTree keeps once. Compaction publishes every committed
+// load first and deletes only markers at or below the versions it found,
+// so no repeated row can reappear under a marker it deleted: a repeat
+// needs the load's staging table, which is gone once the load is
+// published.
+//
+// The shard count is fixed for a target: the Distributed table places a
+// key by its hash modulo the shards' weights, and another count would put
+// new versions of a key on a shard its old ones are not on. ZooKeeper
+// keeps the count the target was created with (cdc/<target> under the
+// sink's root); Ensure refuses a cluster with another.
+
+const dphysPrefix = sluicePrefix + "dphys_"
+
+func dphysName(table string) string { return dphysPrefix + table }
+
+// cdcShardKey is the sharding key of a CDC target's Distributed table.
+var cdcShardKey = "cityHash64(" + chsql.Quote(keyColumn) + ")"
+
+// cdcDist is a CDC target's Distributed table over its physical tables.
+func cdcDist(table string) distTable {
+	return distTable{name: dphysName(table), local: physName(table), key: cdcShardKey, what: "the name " + dphysName(table)}
+}
+
+// cdcRead returns the table that a CDC target's rows are read from: its
+// Distributed table on several shards, else its physical table.
+func (s *Sink) cdcRead(table string) string {
+	if s.sharded() {
+		return dphysName(table)
+	}
+	return physName(table)
+}
+
+// shardedPhys reports whether table is a CDC target's physical table of a
+// cluster of several shards, which publication inserts into through its
+// Distributed table.
+func (s *Sink) shardedPhys(table string) bool {
+	return s.sharded() && strings.HasPrefix(table, physPrefix)
+}
+
+// shardReads returns the SETTINGS clause of a query through a CDC
+// target's Distributed table that must see what the loads before it
+// published: each shard's first replica that answers, in the order
+// remote_servers lists them, takes both the inserts (with
+// internal_replication) and the reads, so that a read sees the last insert
+// while that replica answers. "" off several shards. (The clause, not a
+// query setting: 18.16's protocol carries integer settings only.)
+func (s *Sink) shardReads() string {
+	if !s.sharded() {
+		return ""
+	}
+	return " SETTINGS load_balancing = 'in_order'"
+}
+
+// publishShards publishes a staging table of a CDC target's physical
+// table by inserting its rows into the target's Distributed table, which
+// puts each onto its key's shard and returns once every shard has them.
+func (s *Sink) publishShards(ctx context.Context, phys, stage string) error {
+	cols, err := s.insertable(ctx, stage)
+	if err != nil {
+		return err
+	}
+	if len(cols) == 0 {
+		// As the server says of a table it does not have, for the callers'
+		// chsql.Gone: recovery renamed the staging table to publish it.
+		return fmt.Errorf("clickhouse: publish %s: %w", stage, &clickhouse.Exception{Code: chsql.CodeUnknownTable, Message: "staging table " + stage + " is gone"})
+	}
+	list := strings.Join(cols, ", ")
+	target := dphysName(strings.TrimPrefix(phys, physPrefix))
+	q := "INSERT INTO " + s.table(target) + " (" + list + ") SELECT " + list + " FROM " + s.table(stage) + s.shardReads()
+	sync := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
+	if err := s.conn.Exec(sync, q); err != nil {
+		return fmt.Errorf("clickhouse: publish %s into %s: %w", stage, target, err)
+	}
+	return nil
+}
+
+// insertable lists the columns of a table that an INSERT names, in order
+// (not an ALIAS or MATERIALIZED one); none when the table is gone.
+func (s *Sink) insertable(ctx context.Context, table string) ([]string, error) {
+	var out []string
+	err := retrySystem(ctx, func() error {
+		out = out[:0]
+		rows, err := s.conn.Query(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ? AND default_kind NOT IN ('ALIAS', 'MATERIALIZED')", s.opts.Database, table)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				return err
+			}
+			out = append(out, chsql.Quote(name))
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: columns of %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// eachShard runs fn on the sink of one server of every shard, the first
+// in addr that answers. A shard none of whose servers answers is an error
+// naming it, after fn ran on the others.
+func (s *Sink) eachShard(ctx context.Context, what string, fn func(ss *Sink) error) error {
+	root := s
+	if s.parent != nil {
+		root = s.parent
+	}
+	done := map[uint32]bool{}
+	var errs *multierror.Error
+	for _, addr := range root.srv.addrs {
+		ss, err := root.srv.get(ctx, addr)
+		if err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("server %s: %w", addr, err))
+			continue
+		}
+		if done[ss.shard] {
+			continue
+		}
+		if err := fn(ss); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("server %s: %w", addr, err))
+			continue
+		}
+		done[ss.shard] = true
+	}
+	if uint32(len(done)) == s.shards {
+		return nil
+	}
+	var missing []string
+	for k := uint32(1); k <= s.shards; k++ {
+		if !done[k] {
+			missing = append(missing, fmt.Sprint(k))
+		}
+	}
+	err := fmt.Errorf("clickhouse: %s: shard %s of cluster %s not done: no server of it in addr answered; list a server of every shard in addr", what, strings.Join(missing, ", "), s.opts.Cluster)
+	if errs != nil {
+		err = fmt.Errorf("%w: %w", err, errs)
+	}
+	return err
+}
+
+// shardsPath is the ZooKeeper node recording the shard count a CDC target
+// was created with.
+func (c *coord) shardsPath(table string) string { return c.root + "/cdc/" + encodeID(table) }
+
+// checkShards records the shard count of a CDC target whose physical
+// tables were just created (created), or refuses one created with
+// another count.
+func (s *Sink) checkShards(table string, created bool) error {
+	p := s.zk.shardsPath(table)
+	want := []byte(strconv.FormatUint(uint64(s.shards), 10))
+	if err := s.zk.ensureParents(p); err != nil {
+		return zkErr("create cdc folder", err)
+	}
+	if created {
+		_, err := s.zk.conn.Set(p, want, -1)
+		if errors.Is(err, zk.ErrNoNode) {
+			_, err = s.zk.conn.Create(p, want, 0, zk.WorldACL(zk.PermAll))
+		}
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return zkErr("record the shards of "+table, err)
+		}
+		return nil
+	}
+	have, err := s.zk.settle(p, want)
+	if err != nil {
+		return err
+	}
+	if string(have) != string(want) {
+		return fmt.Errorf("clickhouse: table %s was created on %s shards and cluster %s has %d: a key's versions stay on the shard its hash chose among %s; write the target anew into another name (a full refresh), or restore the cluster's shards",
+			table, have, s.opts.Cluster, s.shards, have)
+	}
+	return nil
+}
