@@ -246,6 +246,9 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 		if err := s.ensureDistributed(ctx, cdcDist(t.Name)); err != nil {
 			return err
 		}
+		if err := s.ensureShardState(ctx); err != nil {
+			return err
+		}
 	}
 	if err := s.ensureView(ctx, t.Name, info, front); err != nil {
 		return err

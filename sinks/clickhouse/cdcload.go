@@ -186,7 +186,7 @@ func (l *load) PutState(ctx context.Context, table string, entries []sinks.State
 		valueBytes += len(e.Value)
 	}
 	names := []string{"target", "key", "value", "deleted", "version"}
-	if err := l.stage(ctx, cdcStateTable, names, []any{targets, keys, sizedStrings{values, valueBytes}, deleted, versions}, n); err != nil {
+	if err := l.stage(ctx, s.stateLocal(), names, []any{targets, keys, sizedStrings{values, valueBytes}, deleted, versions}, n); err != nil {
 		return l.goneErr(ctx, table, err)
 	}
 	s.log.Debug("cdc states staged", "load", l.meta.LoadID, "table", table, "states", n)
@@ -293,7 +293,7 @@ func (s *Sink) versionFloor(ctx context.Context, table string) (uint64, error) {
 		args []any
 	}{
 		{"SELECT max(" + chsql.Quote(versionColumn) + ") FROM " + s.table(s.cdcRead(table)), nil},
-		{"SELECT max(version) FROM " + s.table(cdcStateTable) + " WHERE target = ?", []any{table}},
+		{"SELECT max(version) FROM " + s.table(s.stateRead()) + " WHERE target = ?", []any{table}},
 	} {
 		v, err := s.queryUint(ctx, q.sql+s.shardReads(), q.args...)
 		if err != nil {

@@ -42,7 +42,13 @@ import (
 // keeps the count the target was created with (cdc/<target> under the
 // sink's root); Ensure refuses a cluster with another.
 
-const dphysPrefix = sluicePrefix + "dphys_"
+const (
+	dphysPrefix = sluicePrefix + "dphys_"
+	// shardStateTable is the hidden state's table of each shard, and
+	// dstateTable the Distributed table over them, sharded by key.
+	shardStateTable = shardPrefix + "cdc_state"
+	dstateTable     = sluicePrefix + "dcdc_state"
+)
 
 func dphysName(table string) string { return dphysPrefix + table }
 
@@ -54,6 +60,49 @@ func cdcDist(table string) distTable {
 	return distTable{name: dphysName(table), local: physName(table), key: cdcShardKey, what: "the name " + dphysName(table)}
 }
 
+// stateDist is the Distributed table over the shards' state tables.
+var stateDist = distTable{name: dstateTable, local: shardStateTable, key: "cityHash64(key)", what: "the name " + dstateTable}
+
+// stateLocal returns the table of CDC targets' hidden state that loads
+// stage into and publish: each shard's own on several shards, else
+// _sluice_cdc_state.
+func (s *Sink) stateLocal() string {
+	if s.sharded() {
+		return shardStateTable
+	}
+	return cdcStateTable
+}
+
+// stateRead returns the table the hidden state is read from: the
+// Distributed table over the shards' on several shards.
+func (s *Sink) stateRead() string {
+	if s.sharded() {
+		return dstateTable
+	}
+	return cdcStateTable
+}
+
+// ensureShardState creates, once per sink, the state table of each shard
+// and the Distributed table over them.
+func (s *Sink) ensureShardState(ctx context.Context) error {
+	s.mu.Lock()
+	done := s.stateShards
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := s.ddl(ctx, "create table "+shardStateTable, s.createStateSQL(shardStateTable, s.opts.cluster())); err != nil {
+		return err
+	}
+	if err := s.ensureDistributed(ctx, stateDist); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.stateShards = true
+	s.mu.Unlock()
+	return nil
+}
+
 // cdcRead returns the table that a CDC target's rows are read from: its
 // Distributed table on several shards, else its physical table.
 func (s *Sink) cdcRead(table string) string {
@@ -63,11 +112,20 @@ func (s *Sink) cdcRead(table string) string {
 	return physName(table)
 }
 
-// shardedPhys reports whether table is a CDC target's physical table of a
-// cluster of several shards, which publication inserts into through its
-// Distributed table.
-func (s *Sink) shardedPhys(table string) bool {
-	return s.sharded() && strings.HasPrefix(table, physPrefix)
+// shardedInsert returns the Distributed table that publication inserts a
+// staging table of table through: on several shards, for a CDC target's
+// physical table and the state table; "" for the others, which are
+// attached.
+func (s *Sink) shardedInsert(table string) string {
+	switch {
+	case !s.sharded():
+		return ""
+	case strings.HasPrefix(table, physPrefix):
+		return dphysName(strings.TrimPrefix(table, physPrefix))
+	case table == shardStateTable:
+		return dstateTable
+	}
+	return ""
 }
 
 // shardReads returns the SETTINGS clause of a query through a CDC
@@ -84,10 +142,10 @@ func (s *Sink) shardReads() string {
 	return " SETTINGS load_balancing = 'in_order'"
 }
 
-// publishShards publishes a staging table of a CDC target's physical
-// table by inserting its rows into the target's Distributed table, which
-// puts each onto its key's shard and returns once every shard has them.
-func (s *Sink) publishShards(ctx context.Context, phys, stage string) error {
+// publishShards publishes a staging table by inserting its rows into the
+// Distributed table target (shardedInsert), which puts each onto its key's
+// shard and returns once every shard has them.
+func (s *Sink) publishShards(ctx context.Context, target, stage string) error {
 	cols, err := s.insertable(ctx, stage)
 	if err != nil {
 		return err
@@ -98,7 +156,6 @@ func (s *Sink) publishShards(ctx context.Context, phys, stage string) error {
 		return fmt.Errorf("clickhouse: publish %s: %w", stage, &clickhouse.Exception{Code: chsql.CodeUnknownTable, Message: "staging table " + stage + " is gone"})
 	}
 	list := strings.Join(cols, ", ")
-	target := dphysName(strings.TrimPrefix(phys, physPrefix))
 	q := "INSERT INTO " + s.table(target) + " (" + list + ") SELECT " + list + " FROM " + s.table(stage) + s.shardReads()
 	sync := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
 	if err := s.conn.Exec(sync, q); err != nil {

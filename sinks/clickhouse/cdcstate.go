@@ -58,7 +58,7 @@ func (s *Sink) HasKeyStates(ctx context.Context, table string) (bool, error) {
 	if _, err := s.stateReady(ctx, table, "probe key states of"); err != nil {
 		return false, err
 	}
-	n, err := s.queryUint(ctx, "SELECT count() FROM (SELECT key FROM "+s.table(cdcStateTable)+" WHERE target = ? AND key != '' LIMIT 1)", table)
+	n, err := s.queryUint(ctx, "SELECT count() FROM (SELECT key FROM "+s.table(s.stateRead())+" WHERE target = ? AND key != '' LIMIT 1)"+s.shardReads(), table)
 	if err != nil {
 		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
 	}
@@ -74,8 +74,12 @@ func (s *Sink) readStates(ctx context.Context, table string, keys []string, out 
 		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
 	}
 	ctx = clickhouse.Context(ctx, clickhouse.WithExternalTable(keyTable))
-	rows, err := s.conn.Query(ctx, "SELECT key, argMax(value, version), argMax(deleted, version) FROM "+s.table(cdcStateTable)+
-		" WHERE target = ? AND key IN (SELECT key FROM sluice_keys) GROUP BY key", table)
+	in := " IN "
+	if s.sharded() {
+		in = " GLOBAL IN " // the keys go to each shard with the query
+	}
+	rows, err := s.conn.Query(ctx, "SELECT key, argMax(value, version), argMax(deleted, version) FROM "+s.table(s.stateRead())+
+		" WHERE target = ? AND key"+in+"(SELECT key FROM sluice_keys) GROUP BY key"+s.shardReads(), table)
 	if err != nil {
 		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
 	}
@@ -128,7 +132,7 @@ func (s *Sink) settle(ctx context.Context, table string) error {
 	if done {
 		return nil
 	}
-	if err := s.publishCommitted(ctx, map[string]bool{physName(table): true, cdcStateTable: true}); err != nil {
+	if err := s.publishCommitted(ctx, map[string]bool{physName(table): true, s.stateLocal(): true}); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -383,6 +383,13 @@ func TestClusterShardedCDC(t *testing.T) {
 		if err := l.Upsert(ctx, "cur", bt, ks, seqs); err != nil {
 			return err
 		}
+		var states []sinks.StateEntry
+		for _, k := range ks {
+			states = append(states, sinks.StateEntry{Key: k, Value: []byte("s" + k)})
+		}
+		if err := l.PutState(ctx, "cur", states); err != nil {
+			return err
+		}
 		return l.Upsert(ctx, "hist", bt, ks, seqs)
 	})
 	load(b, "two", func(l sinks.CDCLoad) error {
@@ -434,6 +441,41 @@ func TestClusterShardedCDC(t *testing.T) {
 			t.Fatalf("%s: the shards hold %d keys, want %d", phys, len(seen), keys)
 		}
 	}
+	// The states too are split by key, and read whole through either server.
+	stateKeys := 0
+	for i, addr := range c.ShardAddrs {
+		probe := dial(t, addr, db)
+		n, err := probe.queryUint(ctx, "SELECT uniqExact(key) FROM "+probe.table(shardStateTable)+" WHERE target = 'cur'")
+		probe.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 || n == keys {
+			t.Fatalf("shard %d holds the states of %d of %d keys, want some", i+1, n, keys)
+		}
+		stateKeys += int(n)
+	}
+	if stateKeys != keys {
+		t.Fatalf("the shards hold the states of %d keys, want each of %d once", stateKeys, keys)
+	}
+	var all []string
+	for id := range int64(keys) {
+		all = append(all, fmt.Sprintf("k%03d", id))
+	}
+	for _, s := range []*Sink{a, b} {
+		got, err := s.GetState(ctx, "cur", all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != keys || string(got["k007"]) != "sk007" {
+			t.Fatalf("GetState through %s: %d states (k007: %q), want %d", s.opts.Addr[0], len(got), got["k007"], keys)
+		}
+		listed, err := s.StateKeys(ctx, "cur", "", 1000)
+		if err != nil || len(listed) != keys || !slices.IsSorted(listed) {
+			t.Fatalf("StateKeys through %s: %d keys (sorted %v), err %v; want %d", s.opts.Addr[0], len(listed), slices.IsSorted(listed), err, keys)
+		}
+	}
+
 	wantCur := map[int64]string{}
 	for id := range int64(keys - 1) {
 		wantCur[id] = fmt.Sprintf("a%d", id)

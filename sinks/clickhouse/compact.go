@@ -77,26 +77,30 @@ func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, 
 		return 0, err
 	}
 	var dropped int64
-	phys := compactee{what: table, name: ct.phys, deleted: chsql.Quote(deletedColumn), version: chsql.Quote(versionColumn)}
-	if s.sharded() {
-		// Each shard's physical table holds its keys' versions whole:
-		// each is compacted on its own, its markers set against its rows.
-		err = s.eachShard(ctx, "compact "+table, func(ss *Sink) error {
-			n, err := ss.compactOne(ctx, phys, share)
+	for _, c := range []compactee{
+		{what: table, name: ct.phys, deleted: chsql.Quote(deletedColumn), version: chsql.Quote(versionColumn)},
+		{what: "the state of " + table, name: s.stateLocal(), partition: " PARTITION '" + table + "'",
+			filter: "target = ?", args: []any{table}, deleted: chsql.Quote("deleted"), version: chsql.Quote("version")},
+	} {
+		if !s.sharded() {
+			n, err := s.compactOne(ctx, c, share)
+			dropped += n
+			if err != nil {
+				return dropped, err
+			}
+			continue
+		}
+		// Each shard's table holds its keys' versions whole: each is
+		// compacted on its own, its markers set against its rows.
+		if err := s.eachShard(ctx, "compact "+c.what, func(ss *Sink) error {
+			n, err := ss.compactOne(ctx, c, share)
 			dropped += n
 			return err
-		})
-	} else {
-		var n int64
-		n, err = s.compactOne(ctx, phys, share)
-		dropped += n
+		}); err != nil {
+			return dropped, err
+		}
 	}
-	if err != nil {
-		return dropped, err
-	}
-	n, err := s.compactOne(ctx, compactee{what: "the state of " + table, name: cdcStateTable, partition: " PARTITION '" + table + "'",
-		filter: "target = ?", args: []any{table}, deleted: chsql.Quote("deleted"), version: chsql.Quote("version")}, share)
-	return dropped + n, err
+	return dropped, nil
 }
 
 func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64, error) {

@@ -395,9 +395,7 @@ func (s *Sink) systemDDL() []ddlStmt {
 	pipeline String, id String, kind String, host String, pid Int64,
 	beat_at DateTime('UTC'), expires DateTime('UTC'), ended UInt8, version UInt64
 ) ENGINE = ` + cl.Engine("ReplacingMergeTree", "version") + ` ORDER BY (pipeline, id)`},
-		{cdcStateTable, "CREATE TABLE IF NOT EXISTS " + s.table(cdcStateTable) + on + ` (
-	target String, key String, value String, deleted UInt8, version UInt64, ` + chsql.Quote(batch.LoadIDColumn) + ` String
-) ENGINE = ` + s.replacing(cl, "version", "deleted") + ` PARTITION BY target ORDER BY (target, key)`},
+		{cdcStateTable, s.createStateSQL(cdcStateTable, cl)},
 		{resetsTable, "CREATE TABLE IF NOT EXISTS " + s.table(resetsTable) + on + ` (
 	reset_id String, pipeline String, kind String, flows String, tables String,
 	at ` + ts + `, at_us UInt32
@@ -410,6 +408,15 @@ func (s *Sink) systemDDL() []ddlStmt {
 	loads Int64, rows Int64, dead_letters Int64, version UInt64, load_id String
 ) ENGINE = ` + cl.Engine("ReplacingMergeTree", "version") + ` ORDER BY (pipeline, flow, slot)`},
 	}
+}
+
+// createStateSQL renders the CREATE TABLE of a table of CDC targets' hidden
+// state: _sluice_cdc_state, or on several shards the table of each shard
+// (cdcshards.go).
+func (s *Sink) createStateSQL(name string, cl chsql.Cluster) string {
+	return "CREATE TABLE IF NOT EXISTS " + s.table(name) + cl.OnCluster() + ` (
+	target String, key String, value String, deleted UInt8, version UInt64, ` + chsql.Quote(batch.LoadIDColumn) + ` String
+) ENGINE = ` + s.replacing(cl, "version", "deleted") + ` PARTITION BY target ORDER BY (target, key)`
 }
 
 // createSQL renders CREATE TABLE IF NOT EXISTS for a table of sluice's
@@ -892,7 +899,7 @@ func (s *Sink) readTable(ctx context.Context, name, at string) (*tableInfo, erro
 		if l := at; l != name {
 			info.alterName = l + s.onShards()
 			info.alterNote = " (sluice then makes the Distributed table " + name + " anew)"
-		} else if s.shardedPhys(name) {
+		} else if s.sharded() && strings.HasPrefix(name, physPrefix) {
 			info.alterName = name + s.onShards()
 			info.alterNote = " (sluice then makes the Distributed table " + dphysName(strings.TrimPrefix(name, physPrefix)) + " anew)"
 		}

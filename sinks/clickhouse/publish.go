@@ -80,8 +80,8 @@ func (s *Sink) takenOver(ctx context.Context, stage string) (bool, error) {
 // recovery renamed the staging table and publishes the load now, when it
 // is for it to drop the marker (and the load's node).
 func (s *Sink) publishSteps(ctx context.Context, l *load, table, stage string) ([]func() error, error) {
-	if s.shardedPhys(table) {
-		return []func() error{func() error { return s.publishShards(ctx, table, stage) }}, nil
+	if dist := s.shardedInsert(table); dist != "" {
+		return []func() error{func() error { return s.publishShards(ctx, dist, stage) }}, nil
 	}
 	pids, err := s.partitions(ctx, stage)
 	if err != nil {
@@ -276,9 +276,9 @@ func (s *Sink) rollForward(ctx context.Context, enc, loadID, table string, liste
 	if err := s.waitQueries(ctx, cur); err != nil {
 		return err
 	}
-	if s.shardedPhys(table) {
+	if dist := s.shardedInsert(table); dist != "" {
 		// Repeated rows of a version are one row (see cdcshards.go).
-		if err := s.publishShards(ctx, table, next); err != nil {
+		if err := s.publishShards(ctx, dist, next); err != nil {
 			return s.fencedStage(ctx, loadID, next, err)
 		}
 		if err := s.exec(ctx, "drop staging table of "+table, s.dropStmt(next)); err != nil {

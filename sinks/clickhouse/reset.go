@@ -225,7 +225,14 @@ func (s *Sink) applyReset(ctx context.Context, r resetRow, tables []string) erro
 				if err := s.truncateShards(ctx, t, ct.phys); err != nil {
 					return err
 				}
-			} else if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(ct.phys)); err != nil && !chsql.Gone(err) {
+				if err := s.eachShard(ctx, "reset the state of "+t, func(ss *Sink) error {
+					return ss.exec(ctx, "reset the state of "+t, "ALTER TABLE "+ss.table(shardStateTable)+" DROP PARTITION ?", t)
+				}); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(ct.phys)); err != nil && !chsql.Gone(err) {
 				return err
 			}
 			if err := s.exec(ctx, "reset the state of "+t, "ALTER TABLE "+s.table(cdcStateTable)+" DROP PARTITION ?", t); err != nil {

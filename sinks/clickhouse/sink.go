@@ -50,6 +50,7 @@ type Sink struct {
 
 	mu          sync.Mutex
 	systemReady bool                  // ensureSystem succeeded
+	stateShards bool                  // ensureShardState succeeded
 	own         chsql.Cluster         // of sluice's own tables, once ensureSystem read it (ownCluster)
 	dropSync    string                // " SYNC" in an Atomic database, so that a drop waits for running queries
 	tables      map[string]*tableInfo // by table name; dropped by Ensure

@@ -21,8 +21,8 @@ func (s *Sink) StateKeys(ctx context.Context, table, after string, limit int) ([
 	if _, err := s.GetState(ctx, table, nil); err != nil { // settles the target's committed loads
 		return nil, err
 	}
-	rows, err := s.conn.Query(ctx, "SELECT key FROM "+s.table(cdcStateTable)+
-		" WHERE target = ? AND key > ? GROUP BY key HAVING argMax(deleted, version) = 0 ORDER BY key LIMIT ?", table, after, uint64(limit))
+	rows, err := s.conn.Query(ctx, "SELECT key FROM "+s.table(s.stateRead())+
+		" WHERE target = ? AND key > ? GROUP BY key HAVING argMax(deleted, version) = 0 ORDER BY key LIMIT ?"+s.shardReads(), table, after, uint64(limit))
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: state keys of %s: %w", table, err)
 	}

@@ -252,7 +252,7 @@ func (s *Sink) catchUp(ctx context.Context, table string) error {
 	// wait that long before saying it is behind.
 	deadline := time.Now().Add(catchUpWait)
 	for {
-		err := s.replicated(ctx, physName(table), cdcStateTable)
+		err := s.replicated(ctx, physName(table), s.stateLocal())
 		var te *chsql.TransientError
 		if err == nil || !errors.As(err, &te) || time.Now().After(deadline) {
 			return err
