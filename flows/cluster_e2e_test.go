@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 }
 
 // withCluster says whether the CDC acceptance cases run on the replicated
-// test cluster too: in make test (which names a folder for clusters) and
+// test cluster and the cluster of two shards too: in make test (which names a folder for clusters) and
 // under CI=true, without the race detector (the race pass runs the other
 // destinations; the cluster's protocol has its own race-run tests in
 // sinks/clickhouse). The other end-to-end tests of flows run on one server
@@ -41,6 +41,14 @@ func clusterDestination(t *testing.T) string {
 	c := chtest.SharedCluster(t)
 	db := chtest.NewClusterDatabase(t, c)
 	return fmt.Sprintf("  clickhouse: {addr: [%s], database: %s, cluster: %s, zookeeper: [%s]}", strings.Join(c.Addrs, ", "), db, c.Name, c.ZooKeeper)
+}
+
+// shardedDestination is the spec's destination on a new database of the
+// test cluster of two shards, through both servers.
+func shardedDestination(t *testing.T) string {
+	c := chtest.SharedCluster(t)
+	db := chtest.NewClusterDatabase(t, c)
+	return fmt.Sprintf("  clickhouse: {addr: [%s], database: %s, cluster: %s, zookeeper: [%s]}", strings.Join(c.ShardAddrs, ", "), db, c.ShardedName, c.ZooKeeper)
 }
 
 var clusterAddrs = regexp.MustCompile(`addr: \[([^\]]*)\](.*cluster: )`)

@@ -189,8 +189,13 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 	if err := validateCDC(t); err != nil {
 		return err
 	}
-	if s.sharded() && len(sluicePrefix+"distnew_dphys_")+len(t.Name) > chsql.MaxIdent {
-		return fmt.Errorf("clickhouse: table name %s: a CDC target's name on a cluster of several shards has at most %d characters", t.Name, chsql.MaxIdent-len(sluicePrefix+"distnew_dphys_"))
+	if s.sharded() {
+		if len(sluicePrefix+"dnew_dphys_")+len(t.Name) > chsql.MaxIdent {
+			return fmt.Errorf("clickhouse: table name %s: a CDC target's name on a cluster of several shards has at most %d characters", t.Name, chsql.MaxIdent-len(sluicePrefix+"dnew_dphys_"))
+		}
+		if err := s.checkBalancing(ctx, t.Name); err != nil {
+			return err
+		}
 	}
 	phys := physName(t.Name)
 	s.forget(t.Name)
@@ -220,13 +225,13 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 		if info == nil {
 			return fmt.Errorf("clickhouse: table %s: missing right after CREATE TABLE", phys)
 		}
-		if s.sharded() {
-			if err := s.checkShards(t.Name, true); err != nil {
+		if s.zk != nil {
+			if err := s.checkShards(ctx, t.Name, true); err != nil {
 				return err
 			}
 		}
-	} else if s.sharded() {
-		if err := s.checkShards(t.Name, false); err != nil {
+	} else if s.zk != nil {
+		if err := s.checkShards(ctx, t.Name, false); err != nil {
 			return err
 		}
 	}

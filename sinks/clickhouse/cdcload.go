@@ -139,7 +139,7 @@ func (l *load) TruncateBelow(ctx context.Context, table string, seq string) erro
 	list := strings.Join(cols, ", ")
 	q := "INSERT INTO " + s.table(stage) + " (" + list + ", " + chsql.Quote(deletedColumn) + ", " + chsql.Quote(versionColumn) + ", " +
 		chsql.Quote(batch.LoadIDColumn) + ") SELECT " + list + ", 1, toUInt64(" + strconv.FormatUint(version, 10) + "), ? FROM " +
-		s.table(s.cdcRead(table)) + " FINAL WHERE " + chsql.Quote(deletedColumn) + " = 0 AND " + chsql.Quote(seqColumn) + " < unhex(?)" + s.shardReads()
+		s.table(s.cdcRead(table)) + " FINAL WHERE " + chsql.Quote(deletedColumn) + " = 0 AND " + chsql.Quote(seqColumn) + " < unhex(?)"
 	if err := s.conn.Exec(ctx, q, l.meta.LoadID, hex.EncodeToString([]byte(seq))); err != nil {
 		return l.goneErr(ctx, table, fmt.Errorf("clickhouse: truncate %s: %w", table, err))
 	}
@@ -295,7 +295,7 @@ func (s *Sink) versionFloor(ctx context.Context, table string) (uint64, error) {
 		{"SELECT max(" + chsql.Quote(versionColumn) + ") FROM " + s.table(s.cdcRead(table)), nil},
 		{"SELECT max(version) FROM " + s.table(s.stateRead()) + " WHERE target = ?", []any{table}},
 	} {
-		v, err := s.queryUint(ctx, q.sql+s.shardReads(), q.args...)
+		v, err := s.queryUint(ctx, q.sql, q.args...)
 		if err != nil {
 			return 0, fmt.Errorf("clickhouse: read versions of %s: %w", table, err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -128,18 +127,41 @@ func (s *Sink) shardedInsert(table string) string {
 	return ""
 }
 
-// shardReads returns the SETTINGS clause of a query through a CDC
-// target's Distributed table that must see what the loads before it
-// published: each shard's first replica that answers, in the order
-// remote_servers lists them, takes both the inserts (with
-// internal_replication) and the reads, so that a read sees the last insert
-// while that replica answers. "" off several shards. (The clause, not a
-// query setting: 18.16's protocol carries integer settings only.)
-func (s *Sink) shardReads() string {
-	if !s.sharded() {
-		return ""
+// checkBalancing refuses CDC targets on a cluster whose shards have
+// several replicas unless the servers send a query's reads and inserts to
+// the same replica of each shard: each load's publication inserts into
+// one replica of each shard, and the next load's reads (the state, the
+// version floor, TruncateBelow) must see it there. load_balancing =
+// 'in_order' does, the first replica that answers in remote_servers
+// order; it is read from the profile of sluice's user, since 18.16's
+// protocol carries integer settings only.
+func (s *Sink) checkBalancing(ctx context.Context, table string) error {
+	var replicas uint64
+	if err := s.queryUints(ctx, "SELECT toUInt64(max(replica_num)) FROM system.clusters WHERE cluster = ?", []any{s.opts.Cluster}, &replicas); err != nil {
+		return fmt.Errorf("clickhouse: read the replicas of cluster %s: %w", s.opts.Cluster, err)
 	}
-	return " SETTINGS load_balancing = 'in_order'"
+	var balancing string
+	rows, err := s.conn.Query(ctx, "SELECT value FROM system.settings WHERE name = 'load_balancing'")
+	if err != nil {
+		return fmt.Errorf("clickhouse: read load_balancing: %w", err)
+	}
+	for rows.Next() {
+		if err := rows.Scan(&balancing); err != nil {
+			rows.Close()
+			return fmt.Errorf("clickhouse: read load_balancing: %w", err)
+		}
+	}
+	rows.Close()
+	return balancingProblem(table, s.opts.Cluster, replicas, balancing)
+}
+
+// balancingProblem is checkBalancing's rule.
+func balancingProblem(table, cluster string, replicas uint64, balancing string) error {
+	if replicas <= 1 || balancing == "in_order" {
+		return nil
+	}
+	return fmt.Errorf("clickhouse: table %s: an AUTO CDC target on cluster %s, whose shards have %d replicas, needs load_balancing = 'in_order' for sluice's user (it is %q): a load's rows go to one replica of each shard and the next load must read them there; set it in the user's profile on every server (<load_balancing>in_order</load_balancing> in users.xml), or use shards of one replica",
+		table, cluster, replicas, balancing)
 }
 
 // publishShards publishes a staging table by inserting its rows into the
@@ -156,12 +178,18 @@ func (s *Sink) publishShards(ctx context.Context, target, stage string) error {
 		return fmt.Errorf("clickhouse: publish %s: %w", stage, &clickhouse.Exception{Code: chsql.CodeUnknownTable, Message: "staging table " + stage + " is gone"})
 	}
 	list := strings.Join(cols, ", ")
-	q := "INSERT INTO " + s.table(target) + " (" + list + ") SELECT " + list + " FROM " + s.table(stage) + s.shardReads()
+	q := "INSERT INTO " + s.table(target) + " (" + list + ") SELECT " + list + " FROM " + s.table(stage)
 	sync := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
-	if err := s.conn.Exec(sync, q); err != nil {
+	err = s.conn.Exec(sync, q)
+	switch {
+	case err == nil:
+		return nil
+	case chsql.Gone(err):
 		return fmt.Errorf("clickhouse: publish %s into %s: %w", stage, target, err)
 	}
-	return nil
+	// Another shard's server may have refused the rows (read-only, down):
+	// retried, without the code that would pass this server over.
+	return chsql.Transient("clickhouse: publish %s into %s (on a shard of cluster %s): %v", stage, target, s.opts.Cluster, err)
 }
 
 // insertable lists the columns of a table that an INSERT names, in order
@@ -231,36 +259,81 @@ func (s *Sink) eachShard(ctx context.Context, what string, fn func(ss *Sink) err
 	return err
 }
 
-// shardsPath is the ZooKeeper node recording the shard count a CDC target
-// was created with.
+// shardsPath is the ZooKeeper node recording the shards (numbers and
+// weights) a CDC target was created on.
 func (c *coord) shardsPath(table string) string { return c.root + "/cdc/" + encodeID(table) }
 
-// checkShards records the shard count of a CDC target whose physical
-// tables were just created (created), or refuses one created with
-// another count.
-func (s *Sink) checkShards(table string, created bool) error {
-	p := s.zk.shardsPath(table)
-	want := []byte(strconv.FormatUint(uint64(s.shards), 10))
-	if err := s.zk.ensureParents(p); err != nil {
-		return zkErr("create cdc folder", err)
-	}
-	if created {
-		_, err := s.zk.conn.Set(p, want, -1)
-		if errors.Is(err, zk.ErrNoNode) {
-			_, err = s.zk.conn.Create(p, want, 0, zk.WorldACL(zk.PermAll))
+// shardLayout describes the cluster's shards as a key's shard depends on
+// them: each shard's number and weight, "1:1,2:1".
+func (s *Sink) shardLayout(ctx context.Context) (string, error) {
+	var parts []string
+	err := retrySystem(ctx, func() error {
+		parts = parts[:0]
+		rows, err := s.conn.Query(ctx, "SELECT shard_num, any(shard_weight) FROM system.clusters WHERE cluster = ? GROUP BY shard_num ORDER BY shard_num", s.opts.Cluster)
+		if err != nil {
+			return err
 		}
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return zkErr("record the shards of "+table, err)
+		defer rows.Close()
+		for rows.Next() {
+			var n, w uint32
+			if err := rows.Scan(&n, &w); err != nil {
+				return err
+			}
+			parts = append(parts, fmt.Sprintf("%d:%d", n, w))
 		}
-		return nil
+		return rows.Err()
+	})
+	if err != nil {
+		return "", fmt.Errorf("clickhouse: read the shards of cluster %s: %w", s.opts.Cluster, err)
 	}
-	have, err := s.zk.settle(p, want)
+	return strings.Join(parts, ","), nil
+}
+
+// checkShards records the shards of a cluster that a CDC target's
+// physical tables were just created on (created), or refuses a target
+// created on other shards: a key's versions and state stay on the shard
+// its hash chose among them. A target without a record is taken for one
+// made on a cluster of one shard (by a sluice that kept none): recorded
+// there, refused on several shards, where its rows would be on the first.
+func (s *Sink) checkShards(ctx context.Context, table string, created bool) error {
+	want, err := s.shardLayout(ctx)
 	if err != nil {
 		return err
 	}
-	if string(have) != string(want) {
-		return fmt.Errorf("clickhouse: table %s was created on %s shards and cluster %s has %d: a key's versions stay on the shard its hash chose among %s; write the target anew into another name (a full refresh), or restore the cluster's shards",
-			table, have, s.opts.Cluster, s.shards, have)
+	p := s.zk.shardsPath(table)
+	if err := s.zk.ensureParents(p); err != nil {
+		return zkErr("create cdc folder", err)
+	}
+	n, err := s.zk.get(p)
+	if err != nil {
+		return err
+	}
+	have := string(n.data)
+	if !n.found {
+		if !created && s.sharded() {
+			return fmt.Errorf("clickhouse: table %s has no record of the shards it was created on (ZooKeeper node %s): it was made on a cluster of one shard, and its rows would be read by a hash of their keys on cluster %s of %d shards; write the target anew into another name (a full refresh), or keep it on a cluster of one shard",
+				table, p, s.opts.Cluster, s.shards)
+		}
+		data, err := s.zk.settle(p, []byte(want))
+		if err != nil {
+			return err
+		}
+		have = string(data)
+	}
+	if have != want {
+		return fmt.Errorf("clickhouse: table %s was created on shards %s (number:weight) and cluster %s has %s: a key's versions and state stay on the shard its hash chose among the first; write the target anew into another name (a full refresh), or restore the cluster's shards (after dropping its tables by hand, delete ZooKeeper node %s too)",
+			table, have, s.opts.Cluster, want, p)
+	}
+	return nil
+}
+
+// dropShardsRecord deletes the record of a CDC target's shards (Drop).
+func (s *Sink) dropShardsRecord(table string) error {
+	if s.zk == nil {
+		return nil
+	}
+	if err := s.zk.conn.Delete(s.zk.shardsPath(table), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return zkErr("delete the record of the shards of "+table, err)
 	}
 	return nil
 }

@@ -58,7 +58,7 @@ func (s *Sink) HasKeyStates(ctx context.Context, table string) (bool, error) {
 	if _, err := s.stateReady(ctx, table, "probe key states of"); err != nil {
 		return false, err
 	}
-	n, err := s.queryUint(ctx, "SELECT count() FROM (SELECT key FROM "+s.table(s.stateRead())+" WHERE target = ? AND key != '' LIMIT 1)"+s.shardReads(), table)
+	n, err := s.queryUint(ctx, "SELECT count() FROM (SELECT key FROM "+s.table(s.stateRead())+" WHERE target = ? AND key != '' LIMIT 1)", table)
 	if err != nil {
 		return false, fmt.Errorf("clickhouse: probe key states of %s: %w", table, err)
 	}
@@ -79,7 +79,7 @@ func (s *Sink) readStates(ctx context.Context, table string, keys []string, out 
 		in = " GLOBAL IN " // the keys go to each shard with the query
 	}
 	rows, err := s.conn.Query(ctx, "SELECT key, argMax(value, version), argMax(deleted, version) FROM "+s.table(s.stateRead())+
-		" WHERE target = ? AND key"+in+"(SELECT key FROM sluice_keys) GROUP BY key"+s.shardReads(), table)
+		" WHERE target = ? AND key"+in+"(SELECT key FROM sluice_keys) GROUP BY key", table)
 	if err != nil {
 		return fmt.Errorf("clickhouse: read state of %s: %w", table, err)
 	}

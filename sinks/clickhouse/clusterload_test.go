@@ -539,12 +539,40 @@ func TestClusterShardedCDC(t *testing.T) {
 		t.Fatalf("after compaction: %v rows, err %v; want %d", got.Len(), err, keys/2)
 	}
 
-	// A target recorded with another count of shards is refused.
-	if _, err := a.zk.conn.Set(a.zk.shardsPath("cur"), []byte("3"), -1); err != nil {
+	// The record names both shards; a target recorded on other shards is
+	// refused, by a process whatever server it reaches first (one whose
+	// server has no physical table yet does not record its own), and so
+	// is one without a record.
+	rec, _, err := a.zk.conn.Get(a.zk.shardsPath("cur"))
+	if err != nil || string(rec) != "1:1,2:1" {
+		t.Fatalf("the record of cur's shards: %q, %v; want 1:1,2:1", rec, err)
+	}
+	if _, err := a.zk.conn.Set(a.zk.shardsPath("cur"), []byte("1:1"), -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Ensure(ctx, []sinks.Table{cur}); err == nil || !strings.Contains(err.Error(), "created on 3 shards") {
-		t.Fatalf("Ensure of a target created on 3 shards: %v, want a refusal", err)
+	for _, s := range []*Sink{a, b} {
+		if err := s.Ensure(ctx, []sinks.Table{cur}); err == nil || !strings.Contains(err.Error(), "created on shards 1:1 (number:weight) and cluster sharded has 1:1,2:1") {
+			t.Fatalf("Ensure of a target created on one shard: %v, want a refusal", err)
+		}
+	}
+	if err := a.zk.conn.Delete(a.zk.shardsPath("cur"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ensure(ctx, []sinks.Table{cur}); err == nil || !strings.Contains(err.Error(), "no record of the shards") {
+		t.Fatalf("Ensure of a target without a record: %v, want a refusal", err)
+	}
+	// Drop removes the target and its record, and it is made anew.
+	if err := a.Drop(ctx, "hist"); err != nil {
+		t.Fatalf("Drop: %v", err)
+	}
+	if ok, _, err := a.zk.conn.Exists(a.zk.shardsPath("hist")); err != nil || ok {
+		t.Fatalf("the record of a dropped target: exists %v, %v", ok, err)
+	}
+	if err := b.Ensure(ctx, []sinks.Table{hist}); err != nil {
+		t.Fatalf("Ensure after Drop: %v", err)
+	}
+	if h, err := b.Scan(ctx, "hist"); err != nil || h.Len() != 0 {
+		t.Fatalf("hist made anew: %v rows, %v; want none", h.Len(), err)
 	}
 }
 

@@ -76,6 +76,13 @@ func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, 
 	if err != nil {
 		return 0, err
 	}
+	if s.sharded() {
+		// A publication repeated after a marker went could bring back the
+		// row it hid (cdcshards.go): none may be left to run.
+		if err := s.zk.allPublished(table, "compact"); err != nil {
+			return 0, err
+		}
+	}
 	var dropped int64
 	for _, c := range []compactee{
 		{what: table, name: ct.phys, deleted: chsql.Quote(deletedColumn), version: chsql.Quote(versionColumn)},
@@ -142,6 +149,13 @@ func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64
 	}
 	if err := s.waitMutations(ctx, c.name); err != nil {
 		return fail(fmt.Errorf("the deletion of %d markers: %w", gone, err))
+	}
+	if s.opts.Cluster != "" {
+		// A replicated table's mutation reaches system.mutations once
+		// the replica has read it from ZooKeeper, later: the rows tell.
+		if err := s.waitNoRows(ctx, c.name, cond, args); err != nil {
+			return fail(fmt.Errorf("the deletion of %d markers: %w", gone, err))
+		}
 	}
 	return int64(gone), nil
 }

@@ -511,7 +511,11 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 	phys := physName(table)
 	s.forget(table)
 	s.forget(phys)
-	front, err := s.describe(ctx, table)
+	front, err := s.describe(ctx, table) // on several shards an append target's shard table
+	if err != nil {
+		return err
+	}
+	view, err := s.describeFront(ctx, table)
 	if err != nil {
 		return err
 	}
@@ -519,21 +523,31 @@ func (s *Sink) Drop(ctx context.Context, table string) error {
 	if err != nil {
 		return err
 	}
+	var names []string
 	switch {
 	case front != nil && strings.TrimPrefix(front.engine, "Replicated") == "MergeTree" && front.hasLoadID:
-	case back != nil && back.hasLoadID && back.hidden[keyColumn].typ != "" && (front == nil || front.engine == "View"):
+		names = []string{table}
+		if s.sharded() {
+			names = append(names, s.local(table))
+		}
+	case back != nil && back.hasLoadID && back.hidden[keyColumn].typ != "" && (view == nil || view.engine == "View"):
+		names = []string{table}
+		if s.sharded() {
+			names = append(names, dphysName(table))
+		}
+		names = append(names, phys)
 	case front == nil && back == nil:
 		return nil
 	default:
 		return fmt.Errorf("clickhouse: drop: table %s was not created by sluice: drop or rename it yourself", table)
 	}
-	names := []string{table}
-	if s.sharded() {
-		names = append(names, s.local(table), dphysName(table))
-	}
-	names = append(names, phys)
 	for _, name := range names {
 		if err := s.ddl(ctx, "drop "+name, s.dropTargetStmt(name)); err != nil {
+			return err
+		}
+	}
+	if back != nil {
+		if err := s.dropShardsRecord(table); err != nil {
 			return err
 		}
 	}
@@ -587,25 +601,29 @@ func (s *Sink) waitRowsGone(ctx context.Context, table, cond string, args []any)
 	if root.srv == nil {
 		return nil
 	}
-	return root.srv.each(ctx, true, func(ss *Sink) error {
-		wctx, cancel := context.WithTimeout(ctx, mutationWait)
-		defer cancel()
-		for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-			n, err := ss.queryUint(wctx, "SELECT count() FROM "+ss.table(table)+" WHERE "+cond, args...)
-			if err != nil {
+	return root.srv.each(ctx, true, func(ss *Sink) error { return ss.waitNoRows(ctx, table, cond, args) })
+}
+
+// waitNoRows waits, at most mutationWait, until the server holds no row of
+// table matching cond.
+func (s *Sink) waitNoRows(ctx context.Context, table, cond string, args []any) error {
+	wctx, cancel := context.WithTimeout(ctx, mutationWait)
+	defer cancel()
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		n, err := s.queryUint(wctx, "SELECT count() FROM "+s.table(table)+" WHERE "+cond, args...)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if n == 0 {
-				return nil
-			}
-			select {
-			case <-wctx.Done():
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				return fmt.Errorf("clickhouse: %d rows of %s still on server %s after %v (its replica applies the removal later)", n, table, ss.server, mutationWait)
-			case <-time.After(delay):
-			}
+			return fmt.Errorf("clickhouse: %d rows of %s still on server %s after %v (its replica applies the removal later)", n, table, s.server, mutationWait)
+		case <-time.After(delay):
 		}
-	})
+	}
 }

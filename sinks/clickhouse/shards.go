@@ -146,8 +146,11 @@ func (s *Sink) ensureDistributed(ctx context.Context, d distTable) error {
 		if have == want {
 			return nil
 		}
-		base := strings.TrimPrefix(d.name, sluicePrefix)
-		next, prev := sluicePrefix+"distnew_"+base, sluicePrefix+"distold_"+base
+		next, prev := sluicePrefix+"distnew_"+d.name, sluicePrefix+"distold_"+d.name
+		if base, ours := strings.CutPrefix(d.name, sluicePrefix); ours {
+			// Apart from an append target's: one may be named dphys_x.
+			next, prev = sluicePrefix+"dnew_"+base, sluicePrefix+"dold_"+base
+		}
 		steps := []struct{ what, stmt string }{
 			{"drop a leftover distributed table of " + d.name, s.dropTargetStmt(next)},
 			{"drop a leftover distributed table of " + d.name, s.dropTargetStmt(prev)},

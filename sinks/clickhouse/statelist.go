@@ -22,7 +22,7 @@ func (s *Sink) StateKeys(ctx context.Context, table, after string, limit int) ([
 		return nil, err
 	}
 	rows, err := s.conn.Query(ctx, "SELECT key FROM "+s.table(s.stateRead())+
-		" WHERE target = ? AND key > ? GROUP BY key HAVING argMax(deleted, version) = 0 ORDER BY key LIMIT ?"+s.shardReads(), table, after, uint64(limit))
+		" WHERE target = ? AND key > ? GROUP BY key HAVING argMax(deleted, version) = 0 ORDER BY key LIMIT ?", table, after, uint64(limit))
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: state keys of %s: %w", table, err)
 	}

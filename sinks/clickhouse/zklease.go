@@ -234,19 +234,8 @@ func (s *Sink) catchUp(ctx context.Context, table string) error {
 	if err := s.settle(ctx, table); err != nil {
 		return err
 	}
-	names, _, err := s.zk.conn.Children(s.zk.root + "/loads")
-	if err != nil {
-		return zkErr("list loads", err)
-	}
-	slices.Sort(names)
-	for _, enc := range names {
-		rec, n, err := s.zk.readLoad(enc)
-		if err != nil {
-			return err
-		}
-		if n.found && rec.State == zkCommitted && slices.Contains(rec.Targets, table) {
-			return chsql.Transient("clickhouse: take over %s: its committed load %s is not published yet (staged on %s); waiting for that server's recovery", table, enc, rec.Server)
-		}
+	if err := s.zk.allPublished(table, "take over"); err != nil {
+		return err
 	}
 	// A replica copies a new log entry (the last attach) within moments:
 	// wait that long before saying it is behind.
@@ -261,6 +250,26 @@ func (s *Sink) catchUp(ctx context.Context, table string) error {
 			return err
 		}
 	}
+}
+
+// allPublished returns a retryable error naming the first committed load
+// of table that is not published yet (its node is there until it is).
+func (c *coord) allPublished(table, what string) error {
+	names, _, err := c.conn.Children(c.root + "/loads")
+	if err != nil {
+		return zkErr("list loads", err)
+	}
+	slices.Sort(names)
+	for _, enc := range names {
+		rec, n, err := c.readLoad(enc)
+		if err != nil {
+			return err
+		}
+		if n.found && rec.State == zkCommitted && slices.Contains(rec.Targets, table) {
+			return chsql.Transient("clickhouse: %s %s: its committed load %s is not published yet (staged on %s); waiting for that server's recovery", what, table, enc, rec.Server)
+		}
+	}
+	return nil
 }
 
 // catchUpWait bounds how long catchUp waits for a replica that is behind
