@@ -92,7 +92,7 @@ flows:
 
 func TestDeadLettersReplayAppend(t *testing.T) {
 	broker := startBroker(t)
-	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+	eachDestinationAndCluster(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		d := dest(t)
 		topic := "dlr_" + dname
 		s := newStepper(t, broker.Addr(), d, fmt.Sprintf(dlAppendSpec, "", topic,
