@@ -292,9 +292,10 @@ func (s *Sink) shardLayout(ctx context.Context) (string, error) {
 // checkShards records the shards of a cluster that a CDC target's
 // physical tables were just created on (created), or refuses a target
 // created on other shards: a key's versions and state stay on the shard
-// its hash chose among them. A target without a record is taken for one
-// made on a cluster of one shard (by a sluice that kept none): recorded
-// there, refused on several shards, where its rows would be on the first.
+// its hash chose among them. A target without a record is one another
+// process just created, or one made on a cluster of one shard by a sluice
+// that kept none: recorded, unless on several shards it holds rows (they
+// would all be on the first shard).
 func (s *Sink) checkShards(ctx context.Context, table string, created bool) error {
 	want, err := s.shardLayout(ctx)
 	if err != nil {
@@ -310,8 +311,19 @@ func (s *Sink) checkShards(ctx context.Context, table string, created bool) erro
 	}
 	have := string(n.data)
 	if !n.found {
+		rows := uint64(0)
 		if !created && s.sharded() {
-			return fmt.Errorf("clickhouse: table %s has no record of the shards it was created on (ZooKeeper node %s): it was made on a cluster of one shard, and its rows would be read by a hash of their keys on cluster %s of %d shards; write the target anew into another name (a full refresh), or keep it on a cluster of one shard",
+			err := s.eachShard(ctx, "count the rows of "+table, func(ss *Sink) error {
+				n, err := ss.queryUint(ctx, "SELECT count() FROM "+ss.table(physName(table)))
+				rows += n
+				return err
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if rows > 0 {
+			return fmt.Errorf("clickhouse: table %s has no record of the shards it was created on (ZooKeeper node %s) and holds rows: it was made on a cluster of one shard, and its rows would be read by a hash of their keys on cluster %s of %d shards; write the target anew into another name (a full refresh), or keep it on a cluster of one shard",
 				table, p, s.opts.Cluster, s.shards)
 		}
 		data, err := s.zk.settle(p, []byte(want))

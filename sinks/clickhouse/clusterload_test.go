@@ -574,6 +574,17 @@ func TestClusterShardedCDC(t *testing.T) {
 	if h, err := b.Scan(ctx, "hist"); err != nil || h.Len() != 0 {
 		t.Fatalf("hist made anew: %v rows, %v; want none", h.Len(), err)
 	}
+	// An empty target without a record is one another process is making:
+	// recorded, not refused.
+	if err := a.zk.conn.Delete(a.zk.shardsPath("hist"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ensure(ctx, []sinks.Table{hist}); err != nil {
+		t.Fatalf("Ensure of an empty target without a record: %v", err)
+	}
+	if rec, _, err := a.zk.conn.Get(a.zk.shardsPath("hist")); err != nil || string(rec) != "1:1,2:1" {
+		t.Fatalf("the record of hist: %q, %v; want 1:1,2:1", rec, err)
+	}
 }
 
 // TestClusterOwnTablesKeepTheirPath: a database whose ledger an older
