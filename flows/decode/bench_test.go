@@ -127,7 +127,8 @@ func BenchmarkDecodeInferred(b *testing.B) {
 // BenchmarkDecodeNested decodes orders each with a list of five items
 // into a table typed by its messages and its child table, against the
 // same orders without items: ratio is the nested time per order over the
-// flat one.
+// flat one. The first pass of a fresh table, which only finds the
+// columns, is timed apart (first_ns/order).
 func BenchmarkDecodeNested(b *testing.B) {
 	flat := orderMessages(1024)
 	nested := make([][]byte, len(flat))
@@ -146,16 +147,20 @@ func BenchmarkDecodeNested(b *testing.B) {
 		recs []batch.Record
 		s    batch.Schema
 	}
-	setup := func(msgs [][]byte) run {
-		recs := make([]batch.Record, len(msgs))
-		for i, m := range msgs {
-			recs[i] = batch.Record{Topic: "orders", Partition: 1, Offset: int64(i), Value: m}
-		}
+	firstPass := func(recs []batch.Record) *JSON {
 		first, err := NewInferring(batch.Schema{}, naming.SnakeCase)
 		if err != nil {
 			b.Fatal(err)
 		}
 		first.DecodeAll(recs, batch.New(batch.Schema{}, 0), nil)
+		return first
+	}
+	setup := func(msgs [][]byte) run {
+		recs := make([]batch.Record, len(msgs))
+		for i, m := range msgs {
+			recs[i] = batch.Record{Topic: "orders", Partition: 1, Offset: int64(i), Value: m}
+		}
+		first := firstPass(recs)
 		s := batch.Schema{Columns: first.Found()}
 		kids := map[string]batch.Schema{}
 		for suffix, k := range first.FoundChildren() {
@@ -170,11 +175,18 @@ func BenchmarkDecodeNested(b *testing.B) {
 		return run{d: d, recs: recs, s: s}
 	}
 	f, n := setup(flat), setup(nested)
-	var flatNS, nestedNS int64
+	var flatNS, nestedNS, flatFirstNS, nestedFirstNS int64
 	for b.Loop() {
 		for _, r := range []*run{&f, &n} {
-			out := batch.New(r.s, len(r.recs))
 			start := time.Now()
+			firstPass(r.recs)
+			if ns := time.Since(start).Nanoseconds(); r == &f {
+				flatFirstNS += ns
+			} else {
+				nestedFirstNS += ns
+			}
+			out := batch.New(r.s, len(r.recs))
+			start = time.Now()
 			if dls := r.d.DecodeAll(r.recs, out, nil); len(dls) > 0 {
 				b.Fatal(dls[0].Error)
 			}
@@ -191,6 +203,8 @@ func BenchmarkDecodeNested(b *testing.B) {
 	b.ReportMetric(float64(flatNS)/orders, "flat_ns/order")
 	b.ReportMetric(float64(nestedNS)/orders, "nested_ns/order")
 	b.ReportMetric(float64(nestedNS)/float64(flatNS), "ratio")
+	b.ReportMetric(float64(flatFirstNS)/orders, "flat_first_ns/order")
+	b.ReportMetric(float64(nestedFirstNS)/orders, "nested_first_ns/order")
 }
 
 func linkSchema() batch.Schema {

@@ -316,15 +316,26 @@ func (d *JSON) unknown(name string, val *fastjson.Value) *Error {
 // would find the column's type again (a type a writer schema states is
 // one it takes), so unknown has nothing to do.
 func (d *JSON) keeps(t batch.Type, val *fastjson.Value) bool {
-	switch {
-	case t == batch.Int64 && val.Type() == fastjson.TypeNumber:
+	switch vt := val.Type(); {
+	case t == batch.Int64 && vt == fastjson.TypeNumber:
 		d.num = val.MarshalTo(d.num[:0])
-		text := b2s(d.num)
+		return keepsText(t, vt, b2s(d.num))
+	case t == batch.Timestamp && vt == fastjson.TypeString:
+		b, _ := val.StringBytes()
+		return keepsText(t, vt, b2s(b))
+	}
+	return false
+}
+
+// keepsText is keeps of a value of JSON type vt whose text (a number's,
+// a string's unescaped) is text.
+func keepsText(t batch.Type, vt fastjson.Type, text string) bool {
+	switch {
+	case t == batch.Int64 && vt == fastjson.TypeNumber:
 		_, ok, inRange := parseInt(text)
 		return ok && inRange && isJSONNumber(text)
-	case t == batch.Timestamp && val.Type() == fastjson.TypeString:
-		b, _ := val.StringBytes()
-		_, ok := parseTimestamp(b2s(b))
+	case t == batch.Timestamp && vt == fastjson.TypeString:
+		_, ok := parseTimestamp(text)
 		return ok
 	}
 	return false

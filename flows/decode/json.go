@@ -396,6 +396,9 @@ func (d *JSON) decode(rec *batch.Record, out *batch.Batch) *Error {
 	if rec.Value == nil {
 		return &Error{Reason: batch.ReasonUndecodable, Msg: "the message is a tombstone (null value)"}
 	}
+	if skimming && d.skims(rec.Value) {
+		return nil // a first pass that would find nothing in it (skim.go)
+	}
 	v, err := d.parser.ParseBytes(rec.Value)
 	if err != nil {
 		return &Error{Reason: batch.ReasonUndecodable, Msg: "invalid JSON: " + strings.TrimPrefix(err.Error(), "cannot parse JSON: ")}

@@ -219,6 +219,11 @@ func newFileWriter(disk fsys.FS, path string, schema batch.Schema, loadID string
 		parquet.Compression(codec),
 		parquet.WriteBufferSize(0), // buf instead
 		parquet.CreatedBy("sluice", "", ""),
+		// The column index holds every page's min and max: the same
+		// bounds again in each page's header cost a second pass over its
+		// values (a tenth of writing a child table), and readers that
+		// prune pages read them from the index.
+		parquet.DataPageStatistics(false),
 	}
 	// Min/max statistics of FIXED_LEN_BYTE_ARRAY decimals would compare the
 	// bytes unsigned, which orders negative values wrongly; leave them out

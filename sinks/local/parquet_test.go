@@ -232,6 +232,10 @@ func TestFileStatistics(t *testing.T) {
 			t.Errorf("%s has a column index with bounds %x", schema.Columns[i].Name, ci.MinValues)
 		}
 	}
+	// Page bounds are in the column index, not in the page headers.
+	if ci := pf.ColumnIndexes()[2]; len(ci.MinValues) != 1 || string(ci.MinValues[0]) != "v-5" || string(ci.MaxValues[0]) != "v7" {
+		t.Errorf("string column index %q..%q, want one page of v-5..v7", ci.MinValues, ci.MaxValues)
+	}
 }
 
 // TestWriteRejectsValuesThatDoNotFit checks that a value the file cannot
