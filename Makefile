@@ -20,6 +20,8 @@ CH_DIR ?= $(CURDIR)/.clickhouse-test
 # What a crashed or timed-out test binary left there is removed at the end.
 CH_CLUSTER_ROOT ?= $(CH_DIR).clusters
 
+# The first pass runs three packages at once: the long ones mostly wait
+# for servers (ON CLUSTER statements, replication, brokers' sessions).
 test: vet
 	@set -e; \
 	export SLUICE_CLICKHOUSE_CLUSTER_ROOT=$(CH_CLUSTER_ROOT); \
@@ -28,7 +30,7 @@ test: vet
 		eval "$$env"; trap 'scripts/clickhouse-test-server stop $(CH_DIR); scripts/clickhouse-test-cluster stop-all $(CH_CLUSTER_ROOT)' EXIT; \
 	elif [ "$$CI" = true ]; then echo "make test: ClickHouse test server did not start" >&2; exit 1; \
 	else echo "make test: no ClickHouse test server; its tests skip" >&2; fi; \
-	$(GO) test -count=1 -timeout 20m ./...; \
+	$(GO) test -count=1 -p 3 -timeout 20m ./...; \
 	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
 
 vet:

@@ -4,7 +4,10 @@ package clickhouse
 
 // The long suites on the test cluster run in make test's pass without the
 // race detector; the race pass keeps the short cluster tests
-// (clusterload_test.go).
+// (clusterload_test.go). The conformance suites run in parallel, after the
+// package's other tests (those that stop a server or ZooKeeper among
+// them): each makes databases of its own, and their time is mostly the
+// servers' running ON CLUSTER statements one at a time, on each cluster.
 
 import (
 	"context"
@@ -24,6 +27,7 @@ import (
 // the replicated cluster: the commit point is in ZooKeeper, the loads are
 // staged and published on the first replica.
 func TestClusterConformance(t *testing.T) {
+	t.Parallel() // after the tests that stop servers; each suite its own databases
 	c := chtest.SharedCluster(t)
 	probe := dialCluster(t, c, "default", 0)
 	defer probe.Close()
@@ -41,6 +45,7 @@ func TestClusterConformance(t *testing.T) {
 // physical table one per shard under a Distributed table sharded by key,
 // which the suites read through the target.
 func TestShardedConformance(t *testing.T) {
+	t.Parallel() // after the tests that stop servers; each suite its own databases
 	c := chtest.SharedCluster(t)
 	probe := dialSharded(t, c, "default", 0)
 	defer probe.Close()
@@ -63,6 +68,7 @@ func TestShardedConformance(t *testing.T) {
 
 // TestClusterCDCConformance runs the CDC suite on the replicated cluster.
 func TestClusterCDCConformance(t *testing.T) {
+	t.Parallel() // after the tests that stop servers; each suite its own databases
 	c := chtest.SharedCluster(t)
 	probe := dialCluster(t, c, "default", 0)
 	defer probe.Close()
