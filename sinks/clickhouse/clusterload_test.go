@@ -334,7 +334,8 @@ func TestClusterShards(t *testing.T) {
 // versions on one shard, the one its hash picks, whichever server a load
 // went through; its view through either server shows the whole content;
 // compaction drops the markers of both shards; TruncateBelow reads both;
-// and a target created on another count of shards is refused.
+// the state too is split by key; and a target recorded on other shards,
+// or without a record while it holds rows, is refused.
 func TestClusterShardedCDC(t *testing.T) {
 	c := chtest.SharedCluster(t)
 	db := chtest.NewClusterDatabase(t, c)

@@ -163,23 +163,26 @@ func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64
 // waitMutations waits, at most mutationWait, until no mutation of a table
 // is left to do.
 func (s *Sink) waitMutations(ctx context.Context, name string) error {
+	n, err := s.waitZero(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0", s.opts.Database, name)
+	if n > 0 && err == nil {
+		err = fmt.Errorf("%d mutations of %s still running after %v (they go on in the server)", n, name, mutationWait)
+	}
+	return err
+}
+
+// waitZero runs a count query until it answers 0, at most mutationWait,
+// and returns the last count (0 once reached).
+func (s *Sink) waitZero(ctx context.Context, q string, args ...any) (uint64, error) {
 	wctx, cancel := context.WithTimeout(ctx, mutationWait)
 	defer cancel()
 	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		n, err := s.queryUint(wctx, "SELECT count() FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0",
-			s.opts.Database, name)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
+		n, err := s.queryUint(wctx, q, args...)
+		if err != nil || n == 0 {
+			return n, err
 		}
 		select {
 		case <-wctx.Done():
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return fmt.Errorf("%d mutations of %s still running after %v (they go on in the server)", n, name, mutationWait)
+			return n, ctx.Err()
 		case <-time.After(delay):
 		}
 	}

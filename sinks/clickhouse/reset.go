@@ -607,23 +607,9 @@ func (s *Sink) waitRowsGone(ctx context.Context, table, cond string, args []any)
 // waitNoRows waits, at most mutationWait, until the server holds no row of
 // table matching cond.
 func (s *Sink) waitNoRows(ctx context.Context, table, cond string, args []any) error {
-	wctx, cancel := context.WithTimeout(ctx, mutationWait)
-	defer cancel()
-	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		n, err := s.queryUint(wctx, "SELECT count() FROM "+s.table(table)+" WHERE "+cond, args...)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		select {
-		case <-wctx.Done():
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return fmt.Errorf("clickhouse: %d rows of %s still on server %s after %v (its replica applies the removal later)", n, table, s.server, mutationWait)
-		case <-time.After(delay):
-		}
+	n, err := s.waitZero(ctx, "SELECT count() FROM "+s.table(table)+" WHERE "+cond, args...)
+	if n > 0 && err == nil {
+		err = fmt.Errorf("clickhouse: %d rows of %s still on server %s after %v (its replica applies the removal later)", n, table, s.server, mutationWait)
 	}
+	return err
 }
