@@ -193,9 +193,6 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 		if len(sluicePrefix+"dnew_dphys_")+len(t.Name) > chsql.MaxIdent {
 			return fmt.Errorf("clickhouse: table name %s: a CDC target's name on a cluster of several shards has at most %d characters", t.Name, chsql.MaxIdent-len(sluicePrefix+"dnew_dphys_"))
 		}
-		if err := s.checkBalancing(ctx, t.Name); err != nil {
-			return err
-		}
 	}
 	phys := physName(t.Name)
 	s.forget(t.Name)
@@ -251,7 +248,7 @@ func (s *Sink) ensureCDC(ctx context.Context, t sinks.Table) error {
 		if err := s.ensureDistributed(ctx, cdcDist(t.Name)); err != nil {
 			return err
 		}
-		if err := s.ensureShardState(ctx); err != nil {
+		if err := s.ensureShardState(ctx, t.Name); err != nil {
 			return err
 		}
 	}

@@ -81,14 +81,19 @@ func (s *Sink) stateRead() string {
 	return cdcStateTable
 }
 
-// ensureShardState creates, once per sink, the state table of each shard
-// and the Distributed table over them.
-func (s *Sink) ensureShardState(ctx context.Context) error {
+// ensureShardState makes, once per sink, what every CDC target on several
+// shards needs: the load balancing checkBalancing asks for (table names
+// the target refused otherwise), the state table of each shard and the
+// Distributed table over them.
+func (s *Sink) ensureShardState(ctx context.Context, table string) error {
 	s.mu.Lock()
 	done := s.stateShards
 	s.mu.Unlock()
 	if done {
 		return nil
+	}
+	if err := s.checkBalancing(ctx, table); err != nil {
+		return err
 	}
 	if err := s.ddl(ctx, "create table "+shardStateTable, s.createStateSQL(shardStateTable, s.opts.cluster())); err != nil {
 		return err
@@ -137,21 +142,18 @@ func (s *Sink) shardedInsert(table string) string {
 // protocol carries integer settings only.
 func (s *Sink) checkBalancing(ctx context.Context, table string) error {
 	var replicas uint64
-	if err := s.queryUints(ctx, "SELECT toUInt64(max(replica_num)) FROM system.clusters WHERE cluster = ?", []any{s.opts.Cluster}, &replicas); err != nil {
-		return fmt.Errorf("clickhouse: read the replicas of cluster %s: %w", s.opts.Cluster, err)
-	}
 	var balancing string
-	rows, err := s.conn.Query(ctx, "SELECT value FROM system.settings WHERE name = 'load_balancing'")
-	if err != nil {
-		return fmt.Errorf("clickhouse: read load_balancing: %w", err)
-	}
-	for rows.Next() {
-		if err := rows.Scan(&balancing); err != nil {
-			rows.Close()
-			return fmt.Errorf("clickhouse: read load_balancing: %w", err)
+	rows, err := s.conn.Query(ctx, "SELECT toUInt64(max(replica_num)), (SELECT value FROM system.settings WHERE name = 'load_balancing') FROM system.clusters WHERE cluster = ?", s.opts.Cluster)
+	if err == nil {
+		for rows.Next() {
+			err = rows.Scan(&replicas, &balancing)
 		}
+		err = errors.Join(err, rows.Err())
+		rows.Close()
 	}
-	rows.Close()
+	if err != nil {
+		return fmt.Errorf("clickhouse: read the replicas of cluster %s and load_balancing: %w", s.opts.Cluster, err)
+	}
 	return balancingProblem(table, s.opts.Cluster, replicas, balancing)
 }
 
@@ -219,9 +221,12 @@ func (s *Sink) insertable(ctx context.Context, table string) ([]string, error) {
 }
 
 // eachShard runs fn on the sink of one server of every shard, the first
-// in addr that answers. A shard none of whose servers answers is an error
-// naming it, after fn ran on the others.
+// in addr that answers; off several shards on s itself. A shard none of
+// whose servers answers is an error naming it, after fn ran on the others.
 func (s *Sink) eachShard(ctx context.Context, what string, fn func(ss *Sink) error) error {
+	if !s.sharded() {
+		return fn(s)
+	}
 	root := s
 	if s.parent != nil {
 		root = s.parent

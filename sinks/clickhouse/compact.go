@@ -89,16 +89,9 @@ func (s *Sink) compact(ctx context.Context, table string, share uint64) (int64, 
 		{what: "the state of " + table, name: s.stateLocal(), partition: " PARTITION '" + table + "'",
 			filter: "target = ?", args: []any{table}, deleted: chsql.Quote("deleted"), version: chsql.Quote("version")},
 	} {
-		if !s.sharded() {
-			n, err := s.compactOne(ctx, c, share)
-			dropped += n
-			if err != nil {
-				return dropped, err
-			}
-			continue
-		}
-		// Each shard's table holds its keys' versions whole: each is
-		// compacted on its own, its markers set against its rows.
+		// On several shards each shard's table holds its keys' versions
+		// whole: each is compacted on its own, its markers set against
+		// its rows.
 		if err := s.eachShard(ctx, "compact "+c.what, func(ss *Sink) error {
 			n, err := ss.compactOne(ctx, c, share)
 			dropped += n

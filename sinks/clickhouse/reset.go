@@ -221,21 +221,13 @@ func (s *Sink) applyReset(ctx context.Context, r resetRow, tables []string) erro
 		ct, err := s.cdcInfo(ctx, t)
 		switch {
 		case err == nil:
-			if s.sharded() {
-				if err := s.truncateShards(ctx, t, ct.phys); err != nil {
+			// A key's versions and state are on its shard (cdcshards.go).
+			if err := s.eachShard(ctx, "reset "+t, func(ss *Sink) error {
+				if err := ss.exec(ctx, "reset "+t, "TRUNCATE TABLE "+ss.table(ct.phys)); err != nil && !chsql.Gone(err) {
 					return err
 				}
-				if err := s.eachShard(ctx, "reset the state of "+t, func(ss *Sink) error {
-					return ss.exec(ctx, "reset the state of "+t, "ALTER TABLE "+ss.table(shardStateTable)+" DROP PARTITION ?", t)
-				}); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := s.exec(ctx, "reset "+t, "TRUNCATE TABLE "+s.table(ct.phys)); err != nil && !chsql.Gone(err) {
-				return err
-			}
-			if err := s.exec(ctx, "reset the state of "+t, "ALTER TABLE "+s.table(cdcStateTable)+" DROP PARTITION ?", t); err != nil {
+				return ss.exec(ctx, "reset the state of "+t, "ALTER TABLE "+ss.table(ss.stateLocal())+" DROP PARTITION ?", t)
+			}); err != nil {
 				return err
 			}
 		case errors.Is(err, sinks.ErrUnknownTable):

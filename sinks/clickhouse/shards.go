@@ -201,25 +201,20 @@ func (s *Sink) columnList(ctx context.Context, table string) (string, error) {
 }
 
 // truncate empties an append target. On a cluster of several shards it
-// empties the table of each shard (truncateShards).
+// empties the table of each shard through one server of the shard that
+// answers (eachShard): a replicated TRUNCATE reaches the shard's other
+// replicas through its replication log, in order with later attaches; an
+// ON CLUSTER one would run late on a server that was down, after loads
+// published there. A shard none of whose servers in addr answers is an
+// error: the reset stays unapplied, and Recover completes it.
 func (s *Sink) truncate(ctx context.Context, table string) error {
-	if !s.sharded() || s.local(table) == table { // one table across the shards
+	local := s.local(table)
+	if local == table { // one table (across the shards, for sluice's own)
 		if err := s.exec(ctx, "reset "+table, "TRUNCATE TABLE "+s.table(table)); err != nil && !chsql.Gone(err) {
 			return err
 		}
 		return nil
 	}
-	return s.truncateShards(ctx, table, s.local(table))
-}
-
-// truncateShards empties local, a table of each shard (an append
-// target's, a CDC target's physical table), through one server of the
-// shard that answers: a replicated TRUNCATE reaches the shard's other
-// replicas through its replication log, in order with later attaches; an
-// ON CLUSTER one would run late on a server that was down, after loads
-// published there. A shard none of whose servers in addr answers is an
-// error: the reset stays unapplied, and Recover completes it.
-func (s *Sink) truncateShards(ctx context.Context, table, local string) error {
 	err := s.eachShard(ctx, "reset "+table, func(ss *Sink) error {
 		if err := ss.exec(ctx, "reset "+table+" on shard "+fmt.Sprint(ss.shard), "TRUNCATE TABLE "+ss.table(local)); err != nil && !chsql.Gone(err) {
 			return err
