@@ -140,15 +140,17 @@ func (s *Sink) compactOne(ctx context.Context, c compactee, share uint64) (int64
 	if err := s.conn.Exec(ctx, "ALTER TABLE "+s.table(c.name)+" DELETE WHERE "+cond, args...); err != nil {
 		return fail(err)
 	}
-	if err := s.waitMutations(ctx, c.name); err != nil {
-		return fail(fmt.Errorf("the deletion of %d markers: %w", gone, err))
-	}
+	// A replicated table's mutation reaches system.mutations once the
+	// replica has read it from ZooKeeper, later: on a cluster the rows
+	// tell.
+	var wait error
 	if s.opts.Cluster != "" {
-		// A replicated table's mutation reaches system.mutations once
-		// the replica has read it from ZooKeeper, later: the rows tell.
-		if err := s.waitNoRows(ctx, c.name, cond, args); err != nil {
-			return fail(fmt.Errorf("the deletion of %d markers: %w", gone, err))
-		}
+		wait = s.waitNoRows(ctx, c.name, cond, args)
+	} else {
+		wait = s.waitMutations(ctx, c.name)
+	}
+	if wait != nil {
+		return fail(fmt.Errorf("the deletion of %d markers: %w", gone, wait))
 	}
 	return int64(gone), nil
 }

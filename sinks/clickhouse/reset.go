@@ -280,8 +280,13 @@ func (s *Sink) dropFlowRows(ctx context.Context, r resetRow, table string) error
 		"ALTER TABLE "+s.table(table)+" DELETE WHERE "+cond, args...); err != nil {
 		return err
 	}
-	if err := s.waitMutations(ctx, table); err != nil {
-		return err
+	// On a cluster what counts is that no server holds the rows: 18.16's
+	// system.mutations lists a replicated mutation late, and was seen
+	// to keep one not done for good although it had run.
+	if s.opts.Cluster == "" {
+		if err := s.waitMutations(ctx, table); err != nil {
+			return err
+		}
 	}
 	if err := s.waitRowsGone(ctx, table, cond, args); err != nil {
 		return err
