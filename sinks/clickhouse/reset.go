@@ -281,8 +281,8 @@ func (s *Sink) dropFlowRows(ctx context.Context, r resetRow, table string) error
 		return err
 	}
 	// On a cluster what counts is that no server holds the rows: 18.16's
-	// system.mutations lists a replicated mutation late, and was seen
-	// to keep one not done for good although it had run.
+	// system.mutations lists a replicated mutation late, and was seen to
+	// keep one not done for more than eight minutes.
 	if s.opts.Cluster == "" {
 		if err := s.waitMutations(ctx, table); err != nil {
 			return err
