@@ -541,6 +541,47 @@ func TestTakeoverDuringPublish(t *testing.T) {
 	}
 }
 
+// TestCommitVisibleAfterTakeover: recovery in another process takes a
+// committed load's publication over and stalls before it attaches; the
+// writer's Commit still returns with every row visible, as it finishes what
+// recovery has not published (fenced by the same renames as two recoveries).
+func TestCommitVisibleAfterTakeover(t *testing.T) {
+	ctx := context.Background()
+	_, _, open := setup(t)
+	s1, s2 := open(), open()
+	paused, release := make(chan struct{}), make(chan struct{})
+	withFaults(s2).add(&fault{match: []string{"ATTACH PARTITION", "__events"}, do: func() {
+		close(paused)
+		<-release
+	}})
+	recovered := make(chan error, 1)
+	withFaults(s1).add(&fault{match: []string{"ATTACH PARTITION", "__events"}, skip: 1, do: func() {
+		go func() { recovered <- s2.Recover(ctx) }()
+		<-paused
+	}})
+	err := commitEvents(ctx, s1, "taken", 0, 30)
+	got := eventIDs(t, s1)
+	close(release)
+	if rerr := <-recovered; rerr != nil && !s2.Retryable(rerr) {
+		t.Errorf("stalled recovery: %v", rerr)
+	}
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if !slices.Equal(got, seq(0, 30)) {
+		t.Fatalf("events when Commit returned %v, want 0..29 once", got)
+	}
+	if got := eventIDs(t, s2); !slices.Equal(got, seq(0, 30)) {
+		t.Fatalf("events %v, want 0..29 once", got)
+	}
+	if err := s2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(t, s2); len(left) > 0 {
+		t.Fatalf("objects left: %v", left)
+	}
+}
+
 // TestStageAlignedAfterEnsure: a load staged before Ensure added a column
 // publishes after it, with NULL in the new column.
 func TestStageAlignedAfterEnsure(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
@@ -16,7 +17,8 @@ import (
 // publish replaces the partitions the load lists (see replace.go) and
 // attaches every other partition of the load's staging tables to their
 // targets, then drops them and the marker. When recovery has taken the
-// publication over (a staging table is gone), publishing is its job.
+// publication over (a staging table is gone), the writer finishes it as a
+// recovery would (finishTaken).
 func (s *Sink) publish(ctx context.Context, l *load) error {
 	if s.failPublish.CompareAndSwap(true, false) || (s.parent != nil && s.parent.failPublish.CompareAndSwap(true, false)) {
 		return chsql.Transient("clickhouse: publish load %s: failed by a test", l.meta.LoadID)
@@ -26,8 +28,11 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 	for _, table := range tables {
 		stage := l.stages[table]
 		steps, err := s.publishSteps(ctx, l, table, stage)
-		if err != nil || steps == nil {
+		if err != nil {
 			return err
+		}
+		if steps == nil {
+			return s.finishTaken(ctx, l, table)
 		}
 		for _, step := range steps {
 			err := step()
@@ -39,8 +44,7 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 					return aerr
 				}
 				if taken {
-					s.log.Info("publication of load taken over by recovery", "load", l.meta.LoadID, "table", table)
-					return nil
+					return s.finishTaken(ctx, l, table)
 				}
 			}
 			if err != nil {
@@ -60,6 +64,32 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 		return err
 	}
 	return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
+}
+
+// finishTaken finishes a load whose publication recovery took over at
+// table: the writer rolls forward what recovery has not published yet, so
+// that Commit returns with every row visible even when that recovery
+// stalls or stops. The renames fence the two as they fence two recoveries
+// (rollForward); what recovery published already is not attached again.
+func (s *Sink) finishTaken(ctx context.Context, l *load, table string) error {
+	s.log.Info("publication of load taken over by recovery; the writer finishes it", "load", l.meta.LoadID, "table", table)
+	ages, err := s.objectAges(ctx)
+	if err != nil {
+		return err
+	}
+	lo := &loadObjects{enc: l.enc, id: l.meta.LoadID, stages: map[string]time.Duration{}, plists: map[string]time.Duration{}}
+	for name, age := range ages {
+		if _, enc, _, ok := parseStage(name); ok && enc == l.enc {
+			lo.stages[name] = age
+		} else if enc, _, ok := parsePlist(name); ok && enc == l.enc {
+			lo.plists[name] = age
+		}
+	}
+	if err := s.finishCommitted(ctx, lo); err != nil {
+		return err
+	}
+	clear(l.stages)
+	return nil
 }
 
 // takenOver reports whether a staging table is gone: recovery renamed it
@@ -95,7 +125,6 @@ func (s *Sink) publishSteps(ctx context.Context, l *load, table, stage string) (
 			return nil, err
 		}
 		if taken {
-			s.log.Info("publication of load taken over by recovery", "load", l.meta.LoadID, "table", table)
 			return nil, nil
 		}
 	}
