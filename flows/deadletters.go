@@ -231,7 +231,7 @@ func ReplayDeadLetters(ctx context.Context, p *spec.Pipeline, sink sinks.Sink, o
 		return rep, err
 	}
 	defer stopBeat()
-	if err := r.sink.Recover(ctx); err != nil {
+	if err := r.retry(ctx, "recover", r.sink.Recover); err != nil {
 		return rep, err
 	}
 	pending, err := PendingDeadLetters(ctx, p, sink, filter)
@@ -361,7 +361,7 @@ func (r *runner) replayBatches(ctx context.Context, f *spec.Flow, h batchHandler
 			// Read again what is pending: everything committed up to
 			// the head read next is then published and visible.
 			attempt++
-			if err := r.sink.Recover(ctx); err != nil {
+			if err := r.retry(ctx, "recover", r.sink.Recover); err != nil {
 				return err
 			}
 			all, err := pendingDeadLetters(ctx, r.p, r.sink)

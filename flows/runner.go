@@ -300,7 +300,7 @@ func (r *runner) execute(ctx context.Context) error {
 	}
 	defer stopBeat()
 
-	if err := r.sink.Recover(ctx); err != nil {
+	if err := r.retry(ctx, "recover", r.sink.Recover); err != nil {
 		return err
 	}
 	targets, err := r.cdcTargets()

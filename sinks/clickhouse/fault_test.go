@@ -543,12 +543,14 @@ func TestTakeoverDuringPublish(t *testing.T) {
 
 // TestCommitVisibleAfterTakeover: recovery in another process takes a
 // committed load's publication over and stalls before it attaches; the
-// writer's Commit still returns with every row visible, as it finishes what
-// recovery has not published (fenced by the same renames as two recoveries).
+// writer's Commit still returns with every row visible, as past its wait it
+// finishes what recovery has not published (fenced by the same renames as
+// two recoveries).
 func TestCommitVisibleAfterTakeover(t *testing.T) {
 	ctx := context.Background()
 	_, _, open := setup(t)
 	s1, s2 := open(), open()
+	s1.takeoverWait = 300 * time.Millisecond
 	paused, release := make(chan struct{}), make(chan struct{})
 	withFaults(s2).add(&fault{match: []string{"ATTACH PARTITION", "__events"}, do: func() {
 		close(paused)

@@ -66,16 +66,55 @@ func (s *Sink) publish(ctx context.Context, l *load) error {
 	return s.exec(ctx, "drop marker", s.dropStmt(markerName(l.enc)))
 }
 
-// finishTaken finishes a load whose publication recovery took over at
-// table: the writer rolls forward what recovery has not published yet, so
-// that Commit returns with every row visible even when that recovery
-// stalls or stops. The renames fence the two as they fence two recoveries
-// (rollForward); what recovery published already is not attached again.
+// takeoverWait is how long a writer whose publication recovery took over
+// waits for that recovery to finish before it rolls the load forward
+// itself: long enough for a recovery's attaches, short enough that a
+// recovery that stopped (killed, paused) does not hold Commit up for long.
+const takeoverWait = 10 * time.Second
+
+// finishTaken returns once a load whose publication recovery took over at
+// table is published, so that a Commit that returned means its rows are
+// visible: it waits for the recovery to drop the load's marker, which it
+// does last, and past takeoverWait rolls the load forward itself, fenced
+// by the same renames as two recoveries (rollForward).
 func (s *Sink) finishTaken(ctx context.Context, l *load, table string) error {
-	s.log.Info("publication of load taken over by recovery; the writer finishes it", "load", l.meta.LoadID, "table", table)
+	s.log.Info("publication of load taken over by recovery; waiting for it", "load", l.meta.LoadID, "table", table)
+	limit := takeoverWait
+	if s.takeoverWait > 0 {
+		limit = s.takeoverWait
+	} else if s.parent != nil && s.parent.takeoverWait > 0 {
+		limit = s.parent.takeoverWait
+	}
+	deadline := time.Now().Add(limit)
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		lo, err := s.loadObjectsOf(ctx, l)
+		if err != nil {
+			return err
+		}
+		if !lo.marker && len(lo.stages) == 0 && len(lo.plists) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.log.Warn("recovery that took the publication of load over has not finished it; the writer does", "load", l.meta.LoadID, "waited", limit)
+			if err := s.finishCommitted(ctx, lo); err != nil {
+				return err
+			}
+			break
+		}
+		if err := chsql.Sleep(ctx, pause); err != nil {
+			return err
+		}
+	}
+	clear(l.stages)
+	return nil
+}
+
+// loadObjectsOf finds what of load l is in the database: its staging
+// tables, partition lists and marker.
+func (s *Sink) loadObjectsOf(ctx context.Context, l *load) (*loadObjects, error) {
 	ages, err := s.objectAges(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lo := &loadObjects{enc: l.enc, id: l.meta.LoadID, stages: map[string]time.Duration{}, plists: map[string]time.Duration{}}
 	for name, age := range ages {
@@ -83,13 +122,11 @@ func (s *Sink) finishTaken(ctx context.Context, l *load, table string) error {
 			lo.stages[name] = age
 		} else if enc, _, ok := parsePlist(name); ok && enc == l.enc {
 			lo.plists[name] = age
+		} else if enc, ok := parseMarker(name); ok && enc == l.enc {
+			lo.marker, lo.markerAge = true, age
 		}
 	}
-	if err := s.finishCommitted(ctx, lo); err != nil {
-		return err
-	}
-	clear(l.stages)
-	return nil
+	return lo, nil
 }
 
 // takenOver reports whether a staging table is gone: recovery renamed it

@@ -73,8 +73,10 @@ type Sink struct {
 	// failPublish, when set (by tests), fails the next publication of a
 	// committed load once, as a server failing at that moment would.
 	failPublish atomic.Bool
-	lastBase    uint64               // the last version base this sink gave a load
-	leases      map[string]heldLease // the leases this sink took, by target
+	// takeoverWait, when set (by tests), replaces takeoverWait (publish.go).
+	takeoverWait time.Duration
+	lastBase     uint64               // the last version base this sink gave a load
+	leases       map[string]heldLease // the leases this sink took, by target
 
 	// On a cluster (cluster.go): the ZooKeeper session every commit goes
 	// through; in the sink Open returns, the sinks of the cluster's
