@@ -161,17 +161,24 @@ func (s *Sink) publishCommitted(ctx context.Context, tables map[string]bool) err
 	s.mu.Unlock()
 	loads := map[string]*loadObjects{}
 	relevant := map[string]bool{}
+	get := func(enc string) *loadObjects {
+		lo := loads[enc]
+		if lo == nil {
+			lo = &loadObjects{enc: enc, stages: map[string]time.Duration{}, plists: map[string]time.Duration{}}
+			loads[enc] = lo
+		}
+		return lo
+	}
 	for name, age := range ages {
+		if enc, _, ok := parsePlist(name); ok && !busy[enc] {
+			get(enc).plists[name] = age
+			continue
+		}
 		_, enc, table, ok := parseStage(name)
 		if !ok || busy[enc] {
 			continue
 		}
-		lo := loads[enc]
-		if lo == nil {
-			lo = &loadObjects{enc: enc, stages: map[string]time.Duration{}}
-			loads[enc] = lo
-		}
-		lo.stages[name] = age
+		get(enc).stages[name] = age
 		if tables[table] {
 			relevant[enc] = true
 		}

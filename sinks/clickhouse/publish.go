@@ -75,8 +75,9 @@ const takeoverWait = 10 * time.Second
 // finishTaken returns once a load whose publication recovery took over at
 // table is published, so that a Commit that returned means its rows are
 // visible: it waits for the recovery to drop the load's marker, which it
-// does last, and past takeoverWait rolls the load forward itself, fenced
-// by the same renames as two recoveries (rollForward).
+// does last, and once recovery made no progress for takeoverWait rolls the
+// load forward itself, fenced by the same renames as two recoveries
+// (rollForward).
 func (s *Sink) finishTaken(ctx context.Context, l *load, table string) error {
 	s.log.Info("publication of load taken over by recovery; waiting for it", "load", l.meta.LoadID, "table", table)
 	limit := takeoverWait
@@ -85,7 +86,8 @@ func (s *Sink) finishTaken(ctx context.Context, l *load, table string) error {
 	} else if s.parent != nil && s.parent.takeoverWait > 0 {
 		limit = s.parent.takeoverWait
 	}
-	deadline := time.Now().Add(limit)
+	var deadline time.Time
+	last := ""
 	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		lo, err := s.loadObjectsOf(ctx, l)
 		if err != nil {
@@ -93,6 +95,11 @@ func (s *Sink) finishTaken(ctx context.Context, l *load, table string) error {
 		}
 		if !lo.marker && len(lo.stages) == 0 && len(lo.plists) == 0 {
 			break
+		}
+		// A recovery that moves on (a table published, a rename) is waited
+		// for again, not fenced off.
+		if seen := fmt.Sprint(sortedKeys(lo.stages), sortedKeys(lo.plists)); seen != last {
+			last, deadline = seen, time.Now().Add(limit)
 		}
 		if time.Now().After(deadline) {
 			s.log.Warn("recovery that took the publication of load over has not finished it; the writer does", "load", l.meta.LoadID, "waited", limit)
