@@ -352,6 +352,12 @@ func TestClusterShardedCDC(t *testing.T) {
 			t.Fatalf("Ensure: %v", err)
 		}
 	}
+	// The columns of a target are its view's: it has no shard table.
+	for _, s := range []*Sink{a, b} {
+		if got, err := s.Columns(ctx, "cur"); err != nil || !slices.Equal(got.Names(), schema.Names()) {
+			t.Fatalf("Columns of cur: %v (%v), want %v", got.Names(), err, schema.Names())
+		}
+	}
 	const keys = 60
 	rows := func(lo, hi int64, name string) (*batch.Batch, []string, []string) {
 		bt := batch.New(schema, int(hi-lo))

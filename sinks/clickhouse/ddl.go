@@ -1003,6 +1003,10 @@ func (s *Sink) forget(name string) {
 // Columns returns a table's columns as the server has them.
 func (s *Sink) Columns(ctx context.Context, table string) (batch.Schema, error) {
 	info, err := s.describe(ctx, table)
+	if err == nil && info == nil && s.sharded() {
+		// A CDC target on shards has no shard table: its view has its columns.
+		info, err = s.describeFront(ctx, table)
+	}
 	if err != nil {
 		return batch.Schema{}, err
 	}
