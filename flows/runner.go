@@ -427,7 +427,34 @@ func (r *runner) execute(ctx context.Context) error {
 	for i := range all {
 		all[i] = i
 	}
-	return r.runParallel(ctx, all, func(ctx context.Context, i int) error { return groups[i](ctx) })
+	if err := r.runParallel(ctx, all, func(ctx context.Context, i int) error { return groups[i](ctx) }); err != nil {
+		return err
+	}
+	if r.opts.Mode == ModeUpdate {
+		return r.settle(ctx)
+	}
+	return nil
+}
+
+// settle publishes, before an update returns, the committed loads whose
+// publication failed: the sink publishes them at its next maintenance,
+// which a finished update does not wait for, and an update that returned
+// has every row it loaded visible (docs/operations.md).
+func (r *runner) settle(ctx context.Context) error {
+	st, ok := r.sink.(sinks.Settler)
+	if !ok {
+		return nil
+	}
+	var n int
+	if err := r.retry(ctx, "count unpublished loads", func(ctx context.Context) error {
+		var err error
+		n, err = st.Unpublished(ctx)
+		return err
+	}); err != nil || n == 0 {
+		return err
+	}
+	r.log.Info("committed loads not published yet; publishing them before the update ends", "loads", n)
+	return r.retry(ctx, "publish committed loads", r.sink.Recover)
 }
 
 // logCommitted logs, every interval until stopped, what each flow
