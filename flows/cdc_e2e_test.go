@@ -195,11 +195,16 @@ func cityFlow(extra string) string {
 	return flowYAML("f", "events", cityColumns, "    except_column_list: [op, seq]\n"+extra)
 }
 
-// destinations the CDC cases run against: the local one always, ClickHouse
-// when a test server's address is set (and then required under CI=true).
+// destinations the end-to-end cases run against: the local one always,
+// ClickHouse when a test server's address is set (and then required under
+// CI=true), and the test clusters when withCluster says so.
 func destinations(t *testing.T) map[string]func(t *testing.T) string {
 	d := map[string]func(t *testing.T) string{
 		"local": func(t *testing.T) string { return "  local: {path: " + t.TempDir() + "}" },
+	}
+	if withCluster() {
+		d["cluster"] = clusterDestination
+		d["sharded"] = shardedDestination
 	}
 	addr := os.Getenv("SLUICE_CLICKHOUSE_ADDR")
 	if addr == "" && os.Getenv("CI") == "true" {
@@ -229,10 +234,6 @@ var shardedCases = map[string]bool{
 
 func TestCDCAcceptanceEndToEnd(t *testing.T) {
 	dests := destinations(t)
-	if withCluster() {
-		dests["cluster"] = clusterDestination
-		dests["sharded"] = shardedDestination
-	}
 	broker := startBroker(t)
 	n := 0
 	for _, dname := range slices.Sorted(maps.Keys(dests)) {
@@ -412,18 +413,6 @@ func compareAny(a, b any) int {
 // order; dest gives a fresh destination of that kind (its spec lines).
 func eachDestination(t *testing.T, fn func(t *testing.T, dname string, dest func(*testing.T) string)) {
 	runDestinations(t, destinations(t), fn)
-}
-
-// eachDestinationAndCluster is eachDestination with the test clusters
-// too (see withCluster): for the cases whose DDL differs there (columns
-// added while running, rows removed by a replay).
-func eachDestinationAndCluster(t *testing.T, fn func(t *testing.T, dname string, dest func(*testing.T) string)) {
-	dests := destinations(t)
-	if withCluster() {
-		dests["cluster"] = clusterDestination
-		dests["sharded"] = shardedDestination
-	}
-	runDestinations(t, dests, fn)
 }
 
 func runDestinations(t *testing.T, dests map[string]func(t *testing.T) string, fn func(t *testing.T, dname string, dest func(*testing.T) string)) {

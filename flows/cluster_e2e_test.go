@@ -22,19 +22,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// withCluster says whether the CDC acceptance cases, and the end-to-end
-// cases whose DDL differs on a cluster (eachDestinationAndCluster: columns
-// added while running, dead letters replayed, a refresh that recreates
-// tables, invalid text), run on the replicated test cluster and the
-// cluster of two shards too: in make test (which names a folder for
-// clusters) and under CI=true, without the race detector (the race pass
-// runs the other destinations; the cluster's protocol has its own race-run
-// tests in sinks/clickhouse). The other end-to-end tests of flows run on
-// one server and locally only: every case on a cluster creates a database
-// and its tables ON CLUSTER, which the servers run one statement at a
-// time, and the sink's conformance suites run on both clusters
-// (sinks/clickhouse) and integration/cluster_test.go runs append and CDC
-// flows through kills on them.
+// withCluster says whether the end-to-end cases of flows (destinations)
+// run on the replicated test cluster and the cluster of two shards too:
+// in make test (which names a folder for clusters) and under CI=true,
+// without the race detector (the race pass runs the other destinations;
+// the cluster's protocol has its own race-run tests in sinks/clickhouse).
 func withCluster() bool {
 	return !raceOn && (os.Getenv("SLUICE_CLICKHOUSE_CLUSTER_ROOT") != "" || os.Getenv("CI") == "true")
 }

@@ -107,7 +107,7 @@ flows:
 
 func TestDeadLettersReplayAppend(t *testing.T) {
 	broker := startBroker(t)
-	eachDestinationAndCluster(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		d := dest(t)
 		topic := "dlr_" + dname
 		s := newStepper(t, broker.Addr(), d, fmt.Sprintf(dlAppendSpec, "", topic,

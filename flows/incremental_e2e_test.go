@@ -139,6 +139,10 @@ func TestIncrementalReplacePartitionsEndToEnd(t *testing.T) {
 			writeDay(t, s.dir, d, 3, 1)
 			want[d] = []int64{1, 1, 1}
 		}
+		if dname == "sharded" {
+			refusesReplaceOnShards(t, s.tryUpdateWith(flows.Options{}))
+			return
+		}
 		s.update()
 		if got := s.rows("sales", "_sluice_load_id"); !slices.Equal(got, saleRows(want)) {
 			t.Fatalf("run 1: %q\nwant %q", got, saleRows(want))
@@ -347,6 +351,16 @@ func TestIncrementalRunMode(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
+		if dname == "sharded" {
+			select {
+			case err := <-done:
+				refusesReplaceOnShards(t, err)
+			case <-time.After(30 * time.Second):
+				cancel()
+				t.Fatal("run on several shards with write: replace_partitions: still running after 30 s, want a refusal")
+			}
+			return
+		}
 		waitRows("first run", saleRows(want))
 		writeDay(t, s.dir, 2, 3, 2)
 		writeDay(t, s.dir, 3, 1, 2)
@@ -396,5 +410,15 @@ func TestReplacePartitionsNeedsHiveColumns(t *testing.T) {
 				t.Fatalf("update: %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// refusesReplaceOnShards checks that err is the refusal of write:
+// replace_partitions on a cluster of several shards (docs/clickhouse.md),
+// naming the remedy.
+func refusesReplaceOnShards(t *testing.T, err error) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), "replace partitions of sales") || !strings.Contains(err.Error(), "write: append, or a cluster of one shard") {
+		t.Fatalf("replace_partitions on several shards: %v, want the refusal naming the table and the remedy", err)
 	}
 }

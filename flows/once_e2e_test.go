@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,22 +128,89 @@ func startBroker(t *testing.T) *devkafka.Broker {
 	return broker
 }
 
+// rows reads table's rows as strings, without the columns drop names. On
+// a test cluster it reads them on each server alone and waits (bounded)
+// until all agree: a load is on the replica it was published on at once,
+// on the other once it fetched it.
 func (s *stepper) rows(table string, drop ...string) []string {
 	s.t.Helper()
-	ctx := context.Background()
-	sink, err := destination.Open(ctx, s.p, nil)
+	read := func(p *spec.Pipeline) ([]string, error) {
+		ctx := context.Background()
+		sink, err := destination.Open(ctx, p, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer sink.Close()
+		b, err := sink.Scan(ctx, table)
+		if err != nil {
+			return nil, err
+		}
+		keep := b.Schema.Names()
+		keep = slices.DeleteFunc(keep, func(n string) bool { return slices.Contains(drop, n) })
+		return rowStrings(b.Select(keep...)), nil
+	}
+	servers := s.eachServer()
+	if servers == nil {
+		got, err := read(s.p)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return got
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var first []string
+		var problem error
+		for i, p := range servers {
+			got, err := read(p)
+			switch {
+			case err != nil:
+				problem = fmt.Errorf("server %d: %w", i+1, err)
+			case i == 0:
+				first = got
+			case !slices.Equal(got, first):
+				problem = fmt.Errorf("server 1 has %q, server %d %q", first, i+1, got)
+			}
+			if problem != nil {
+				break
+			}
+		}
+		if problem == nil {
+			return first
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("table %s after 30 s: %v", table, problem)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// eachServer returns, for a spec on a test cluster, the spec on each of
+// its servers alone; nil for other specs.
+func (s *stepper) eachServer() []*spec.Pipeline {
+	s.t.Helper()
+	doc, err := os.ReadFile(filepath.Join(s.dir, "sluice.yaml"))
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer sink.Close()
-	b, err := sink.Scan(ctx, table)
-	if err != nil {
-		s.t.Fatal(err)
+	m := clusterAddrs.FindSubmatch(doc)
+	if m == nil {
+		return nil
 	}
-	keep := b.Schema.Names()
-	keep = slices.DeleteFunc(keep, func(n string) bool { return slices.Contains(drop, n) })
-	proj := b.Select(keep...)
-	return rowStrings(proj)
+	var out []*spec.Pipeline
+	for i, addr := range strings.Split(string(m[1]), ", ") {
+		one := clusterAddrs.ReplaceAll(doc, []byte("addr: ["+addr+"]$2"))
+		path := filepath.Join(s.dir, fmt.Sprintf("server%d.yaml", i+1))
+		if err := os.WriteFile(path, one, 0o644); err != nil {
+			s.t.Fatal(err)
+		}
+		p, err := spec.Load(path)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func TestOnceFlowsEndToEnd(t *testing.T) {

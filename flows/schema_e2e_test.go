@@ -302,7 +302,7 @@ func (s *stepper) tryScan(table string) error {
 // the same bytes.
 func TestInvalidUTF8IsADeadLetter(t *testing.T) {
 	broker := startBroker(t)
-	eachDestinationAndCluster(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic := "utf8_" + dname
 		s := newStepper(t, broker.Addr(), dest(t), `tables:
   - name: raw
@@ -637,7 +637,7 @@ func readLocalFiles[T any](t *testing.T, dir string, format func(T) string) []st
 // recreates it, and that the refresh does.
 func TestRefreshRecreatesAChangedTable(t *testing.T) {
 	broker := startBroker(t)
-	eachDestinationAndCluster(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		topic, ctopic := "recreate_"+dname, "recreate_cdc_"+dname
 		d := dest(t)
 		specOf := func(amount string, scd int) string {
@@ -744,7 +744,7 @@ flows:
 // before it reads them: a Parquet file with a new column, JSONL lines with
 // a new field.
 func TestFilesEvolveInOneRun(t *testing.T) {
-	eachDestinationAndCluster(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
+	eachDestination(t, func(t *testing.T, dname string, dest func(*testing.T) string) {
 		s := newStepper(t, "127.0.0.1:1", dest(t), `tables:
   - name: raw
   - name: lines
