@@ -3,7 +3,6 @@ package clickhouse
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/ext"
@@ -150,37 +149,14 @@ func (s *Sink) publishCommitted(ctx context.Context, tables map[string]bool) err
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	busy := make(map[string]bool, len(s.inflight)+len(s.pending))
-	for enc := range s.inflight {
-		busy[enc] = true
-	}
-	for enc := range s.pending {
-		busy[enc] = true
-	}
-	s.mu.Unlock()
-	loads := map[string]*loadObjects{}
+	busy := s.busyLoads()
+	loads, _ := groupObjects(ages)
 	relevant := map[string]bool{}
-	get := func(enc string) *loadObjects {
-		lo := loads[enc]
-		if lo == nil {
-			lo = &loadObjects{enc: enc, stages: map[string]time.Duration{}, plists: map[string]time.Duration{}}
-			loads[enc] = lo
-		}
-		return lo
-	}
-	for name, age := range ages {
-		if enc, _, ok := parsePlist(name); ok && !busy[enc] {
-			get(enc).plists[name] = age
-			continue
-		}
-		_, enc, table, ok := parseStage(name)
-		if !ok || busy[enc] {
-			continue
-		}
-		get(enc).stages[name] = age
-		if tables[table] {
-			relevant[enc] = true
+	for enc, lo := range loads {
+		for name := range lo.stages {
+			if _, _, table, _ := parseStage(name); tables[table] && !busy[enc] {
+				relevant[enc] = true
+			}
 		}
 	}
 	var ids []string

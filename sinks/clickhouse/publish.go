@@ -123,16 +123,12 @@ func (s *Sink) loadObjectsOf(ctx context.Context, l *load) (*loadObjects, error)
 	if err != nil {
 		return nil, err
 	}
-	lo := &loadObjects{enc: l.enc, id: l.meta.LoadID, stages: map[string]time.Duration{}, plists: map[string]time.Duration{}}
-	for name, age := range ages {
-		if _, enc, _, ok := parseStage(name); ok && enc == l.enc {
-			lo.stages[name] = age
-		} else if enc, _, ok := parsePlist(name); ok && enc == l.enc {
-			lo.plists[name] = age
-		} else if enc, ok := parseMarker(name); ok && enc == l.enc {
-			lo.marker, lo.markerAge = true, age
-		}
+	loads, _ := groupObjects(ages)
+	lo := loads[l.enc]
+	if lo == nil {
+		lo = &loadObjects{enc: l.enc}
 	}
+	lo.id = l.meta.LoadID
 	return lo, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/sinks"
@@ -62,6 +63,49 @@ type loadObjects struct {
 	plists    map[string]time.Duration // partition list table name -> age (replace.go)
 }
 
+// busyLoads returns the loads this process has in flight or pending: its
+// own to publish or drop, which maintenance leaves alone.
+func (s *Sink) busyLoads() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	busy := make(map[string]bool, len(s.inflight)+len(s.pending))
+	for enc := range s.inflight {
+		busy[enc] = true
+	}
+	for enc := range s.pending {
+		busy[enc] = true
+	}
+	return busy
+}
+
+// groupObjects sorts the protocol objects found in the database (name to
+// age) by load, and lists the locks.
+func groupObjects(ages map[string]time.Duration) (map[string]*loadObjects, []string) {
+	loads := map[string]*loadObjects{}
+	get := func(enc string) *loadObjects {
+		lo := loads[enc]
+		if lo == nil {
+			lo = &loadObjects{enc: enc, stages: map[string]time.Duration{}, plists: map[string]time.Duration{}}
+			loads[enc] = lo
+		}
+		return lo
+	}
+	var locks []string
+	for name, age := range ages {
+		if _, enc, _, ok := parseStage(name); ok {
+			get(enc).stages[name] = age
+		} else if enc, _, ok := parsePlist(name); ok {
+			get(enc).plists[name] = age
+		} else if enc, ok := parseMarker(name); ok {
+			lo := get(enc)
+			lo.marker, lo.markerAge = true, age
+		} else if strings.HasPrefix(name, lockPrefix) && len(name) > len(lockPrefix) {
+			locks = append(locks, name)
+		}
+	}
+	return loads, locks
+}
+
 // maintain finishes what stopped processes left: committed loads are
 // published (by the periodic runs only once their writer stopped or they
 // are older than the grace period, so that live writers publish their
@@ -85,42 +129,8 @@ func (s *Sink) maintain(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	busy := make(map[string]bool, len(s.inflight))
-	for enc := range s.inflight {
-		busy[enc] = true
-	}
-	for enc := range s.pending {
-		busy[enc] = true
-	}
-	s.mu.Unlock()
-
-	loads := map[string]*loadObjects{}
-	get := func(enc string) *loadObjects {
-		lo := loads[enc]
-		if lo == nil {
-			lo = &loadObjects{enc: enc, stages: map[string]time.Duration{}}
-			loads[enc] = lo
-		}
-		return lo
-	}
-	var locks []string
-	for name, age := range ages {
-		if _, enc, _, ok := parseStage(name); ok {
-			get(enc).stages[name] = age
-		} else if enc, _, ok := parsePlist(name); ok {
-			lo := get(enc)
-			if lo.plists == nil {
-				lo.plists = map[string]time.Duration{}
-			}
-			lo.plists[name] = age
-		} else if enc, ok := parseMarker(name); ok {
-			lo := get(enc)
-			lo.marker, lo.markerAge = true, age
-		} else if len(name) > len(lockPrefix) && name[:len(lockPrefix)] == lockPrefix {
-			locks = append(locks, name)
-		}
-	}
+	busy := s.busyLoads()
+	loads, locks := groupObjects(ages)
 	var ids []string
 	for enc, lo := range loads {
 		if busy[enc] {
