@@ -55,20 +55,7 @@ var clusterAddrs = regexp.MustCompile(`addr: \[([^\]]*)\](.*cluster: )`)
 // it. Other specs are left alone.
 func eachReplica(t *testing.T, doc string, ok func(t *testing.T, sink sinks.Sink) bool) {
 	t.Helper()
-	m := clusterAddrs.FindStringSubmatch(doc)
-	if m == nil {
-		return
-	}
-	for _, addr := range strings.Split(m[1], ", ") {
-		one := clusterAddrs.ReplaceAllString(doc, "addr: ["+addr+"]$2")
-		path := filepath.Join(t.TempDir(), "sluice.yaml")
-		if err := os.WriteFile(path, []byte(one), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p, err := spec.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, p := range serverSpecs(t, []byte(doc), t.TempDir()) {
 		sink, err := destination.Open(context.Background(), p, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -77,10 +64,34 @@ func eachReplica(t *testing.T, doc string, ok func(t *testing.T, sink sinks.Sink
 		for !ok(t, sink) {
 			if time.Now().After(deadline) {
 				sink.Close()
-				t.Fatalf("replica %s: the target is not as on the replica loaded through after 30 s", addr)
+				t.Fatalf("server %d: the target is not as on the replica loaded through after 30 s", i+1)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		sink.Close()
 	}
+}
+
+// serverSpecs returns, for a spec on a test cluster, the spec on each of
+// its servers alone, written to dir; nil for other specs.
+func serverSpecs(t *testing.T, doc []byte, dir string) []*spec.Pipeline {
+	t.Helper()
+	m := clusterAddrs.FindSubmatch(doc)
+	if m == nil {
+		return nil
+	}
+	var out []*spec.Pipeline
+	for i, addr := range strings.Split(string(m[1]), ", ") {
+		one := clusterAddrs.ReplaceAll(doc, []byte("addr: ["+addr+"]$2"))
+		path := filepath.Join(dir, fmt.Sprintf("server%d.yaml", i+1))
+		if err := os.WriteFile(path, one, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := spec.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
 }

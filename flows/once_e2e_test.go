@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -193,24 +192,7 @@ func (s *stepper) eachServer() []*spec.Pipeline {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	m := clusterAddrs.FindSubmatch(doc)
-	if m == nil {
-		return nil
-	}
-	var out []*spec.Pipeline
-	for i, addr := range strings.Split(string(m[1]), ", ") {
-		one := clusterAddrs.ReplaceAll(doc, []byte("addr: ["+addr+"]$2"))
-		path := filepath.Join(s.dir, fmt.Sprintf("server%d.yaml", i+1))
-		if err := os.WriteFile(path, one, 0o644); err != nil {
-			s.t.Fatal(err)
-		}
-		p, err := spec.Load(path)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		out = append(out, p)
-	}
-	return out
+	return serverSpecs(s.t, doc, s.dir)
 }
 
 func TestOnceFlowsEndToEnd(t *testing.T) {
